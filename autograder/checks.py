@@ -1,0 +1,131 @@
+"""Checkers in PrairieLearn's style: fixed argument order (name, ref, got), messages that say expected vs got."""
+import torch
+
+from autograder.sandbox import Opaque, Remote
+
+
+class Fail(Exception):
+    """A check failed; the message is what the student reads."""
+
+
+def describe(v):
+    if isinstance(v, torch.Tensor):
+        return f"a tensor of shape {tuple(v.shape)}"
+    if isinstance(v, (Opaque, Remote)):
+        return repr(v)
+    return f"{type(v).__name__} {str(v)[:60]}"
+
+
+def check_true(cond, message):
+    if not cond:
+        raise Fail(message)
+
+
+def check_tuple(name, length, got):
+    """`got` is a tuple (or list) of `length` things."""
+    if not isinstance(got, (tuple, list)) or len(got) != length:
+        raise Fail(f"'{name}' returned {describe(got)}, expected a tuple of {length}")
+    return got
+
+
+def check_tensor(name, ref, got, dtype=True, device=None):
+    """`got` is a tensor with ref's shape (and dtype, and device when given)."""
+    if not isinstance(got, torch.Tensor):
+        raise Fail(f"'{name}' is {describe(got)}, expected a tensor of shape {tuple(ref.shape)}")
+    check_shape(name, ref, got)
+    if dtype and got.dtype != ref.dtype:
+        raise Fail(f"'{name}' has dtype {str(got.dtype).replace('torch.', '')}, "
+                   f"expected {str(ref.dtype).replace('torch.', '')}")
+    if device is not None:
+        check_device(name, device, got)
+
+
+def check_shape(name, ref, got):
+    ref_shape = tuple(ref.shape) if isinstance(ref, torch.Tensor) else tuple(ref)
+    if tuple(got.shape) != ref_shape:
+        raise Fail(f"'{name}' has shape {tuple(got.shape)}, expected {ref_shape}")
+
+
+def check_device(name, ref, got):
+    """The student's tensor stayed on the input's device (cpu, cuda)."""
+    got_dev = getattr(got, "student_device", "cpu")
+    if got_dev.split(":")[0] != str(ref).split(":")[0]:
+        raise Fail(f"'{name}' is on {got_dev}, expected {ref} (the input's device)")
+
+
+def _where(index, dims):
+    if dims is None:
+        return "at index " + str(tuple(index))
+    labels = [f"{d} {i}" for d, i in zip(dims, index) if d]
+    return "at " + ", ".join(labels) if labels else ""
+
+
+def check_close(name, ref, got, atol=1e-5, rtol=1e-5, oracle=None, dims=None, case=None):
+    """Values agree: max |got - ref| within atol + rtol |ref|; the message names the worst entry."""
+    check_tensor(name, ref, got, dtype=False)
+    ref64, got64 = ref.detach().double(), got.detach().double()
+    if not torch.isfinite(got64).all() and torch.isfinite(ref64).all():
+        bad = (~torch.isfinite(got64)).nonzero()[0].tolist()
+        raise Fail(f"'{name}' has a non-finite value ({got64[tuple(bad)].item()}) {_where(bad, dims)}"
+                   + (f", {case}" if case else ""))
+    err = (got64 - ref64).abs()
+    both_inf = torch.isinf(ref64) & (ref64 == got64)
+    err = torch.where(both_inf, torch.zeros_like(err), err)
+    excess = err - (atol + rtol * ref64.abs().nan_to_num(0, 0, 0))
+    if err.numel() and excess.max() > 0:
+        worst = torch.nonzero(excess == excess.max())[0].tolist()
+        against = oracle or "the reference"
+        raise Fail(f"max |{name} - {against}| = {err.max().item():.3g} {_where(worst, dims)} "
+                   f"(tolerance {atol:g})" + (f", {case}" if case else ""))
+
+
+def check_number(name, ref, got, tol=1e-6):
+    if not isinstance(got, (int, float)) or isinstance(got, bool):
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        else:
+            raise Fail(f"'{name}' is {describe(got)}, expected a number")
+    if abs(got - ref) > tol * max(1.0, abs(ref)):
+        raise Fail(f"'{name}' is {got:g}, expected {ref:g}")
+
+
+def check_signature(name, expected, info, methods=None):
+    """The spec's parameters are there, in order, with their defaults; extra optional ones are allowed."""
+    if not isinstance(info, dict) or info.get("kind") not in ("function", "class"):
+        raise Fail(f"'{name}' is not a function or class (it is {info.get('kind') if isinstance(info, dict) else info})")
+    _compare_params(name, expected, info.get("params"))
+    for method, sig in (methods or {}).items():
+        got = (info.get("methods") or {}).get(method)
+        if got is None:
+            raise Fail(f"'{name}' has no method '{method}'")
+        _compare_params(f"{name}.{method}", sig, got)
+
+
+def _compare_params(name, expected, got):
+    if got is None:
+        raise Fail(f"the signature of '{name}' cannot be read")
+    want = parse_signature(expected)
+    names = [p[0] for p in got]
+    variadic = any(p[1] in ("VAR_POSITIONAL", "VAR_KEYWORD") for p in got)
+    for k, (pname, default) in enumerate(want):
+        if k < len(got) and got[k][0] == pname:
+            continue
+        if variadic and pname not in names:
+            continue
+        raise Fail(f"'{name}' has parameters ({', '.join(names)}), expected {expected}")
+    extra = [p for p in got[len(want):] if p[1] not in ("VAR_POSITIONAL", "VAR_KEYWORD") and p[2] == ""]
+    if extra:
+        raise Fail(f"'{name}' has extra required parameters ({', '.join(p[0] for p in extra)}); "
+                   f"only optional ones may be added to {expected}")
+
+
+def parse_signature(text):
+    """'(Q, K, V, mask=None)' -> [('Q', None), ..., ('mask', 'None')]."""
+    inner = text.strip()[1:-1].strip()
+    if not inner:
+        return []
+    out = []
+    for part in inner.split(","):
+        name, _, default = part.strip().partition("=")
+        out.append((name.strip(), default.strip() or None))
+    return out

@@ -1,0 +1,204 @@
+"""course.yaml: load, validate, and answer questions about points, limits and experiments."""
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
+
+
+class ConfigError(ValueError):
+    """course.yaml is wrong: the message names the file and the key."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Limits(Strict):
+    setup_seconds: float = Field(120, gt=0)
+    item_seconds: float = Field(60, gt=0)
+    experiment_seconds: float = Field(900, gt=0)
+    memory_mb: int = Field(6144, gt=0)
+    output_kb: int = Field(64, gt=0)
+
+
+class LimitOverrides(Strict):
+    setup_seconds: Optional[float] = Field(None, gt=0)
+    item_seconds: Optional[float] = Field(None, gt=0)
+    experiment_seconds: Optional[float] = Field(None, gt=0)
+    memory_mb: Optional[int] = Field(None, gt=0)
+    output_kb: Optional[int] = Field(None, gt=0)
+
+
+class Bound(Strict):
+    min: Optional[float] = None
+    max: Optional[float] = None
+
+    @model_validator(mode="after")
+    def one_side(self):
+        if self.min is None and self.max is None:
+            raise ValueError("a threshold needs `min` or `max`")
+        return self
+
+    def holds(self, value):
+        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+
+    def __str__(self):
+        return " and ".join(s for s in (self.min is not None and f">= {self.min:g}",
+                                        self.max is not None and f"<= {self.max:g}") if s)
+
+
+class Item(Strict):
+    signature: str
+    attrs: list[str] = []
+    methods: dict[str, str] = {}
+    from_scratch: list[str] = []
+    points: dict[Literal["exists", "shapes", "values", "gradients", "properties"], float]
+    limits: LimitOverrides = LimitOverrides()
+
+    @field_validator("points")
+    @classmethod
+    def positive(cls, points):
+        if not points or any(p <= 0 for p in points.values()):
+            raise ValueError("every check needs positive points, and an item needs at least one check")
+        return points
+
+
+class Experiment(Strict):
+    item: Optional[str] = None
+    points: float = Field(ge=0)
+    description: str
+    metric: str
+    threshold: dict[str, Bound]
+    lecture: dict[str, float] = {}
+    steps: int = Field(gt=0)
+    seeds: list[int] = Field(min_length=1)
+    name: str = ""
+
+    @property
+    def graded(self):
+        return self.points > 0
+
+    @property
+    def cfg(self):
+        """The plain dict the harness functions receive."""
+        return {"name": self.name, "steps": self.steps, "seeds": list(self.seeds), "metric": self.metric,
+                "threshold": {k: b.model_dump() for k, b in self.threshold.items()}, "lecture": dict(self.lecture)}
+
+    def failures(self, metrics):
+        """The thresholds these metrics miss, each as a readable sentence."""
+        out = []
+        for key, bound in self.threshold.items():
+            if key not in metrics:
+                out.append(f"metric '{key}' was not measured")
+            elif not bound.holds(metrics[key]):
+                out.append(f"{key} = {metrics[key]:.4g}, needs {bound}")
+        return out
+
+
+class Assignment(Strict):
+    title: str
+    lecture: str
+    notebook: str
+    items: dict[str, Item]
+    experiments: dict[str, Experiment] = {}
+    id: str = ""
+
+    @model_validator(mode="after")
+    def experiments_name_items(self):
+        for name, exp in self.experiments.items():
+            exp.name = name
+            if exp.item is not None and exp.item not in self.items:
+                raise ValueError(f"experiments.{name}.item: '{exp.item}' is not an item of this assignment")
+            if exp.graded and exp.item is None:
+                raise ValueError(f"experiments.{name}: an experiment with points needs an `item`")
+        return self
+
+    def item_points(self, item):
+        """Total points of one item: its checks plus the experiments it trains."""
+        return sum(self.items[item].points.values()) + sum(
+            e.points for e in self.experiments.values() if e.item == item)
+
+    @property
+    def total_points(self):
+        return sum(self.item_points(i) for i in self.items)
+
+    def experiments_of(self, item):
+        return [e for e in self.experiments.values() if e.item == item and e.graded]
+
+
+class Data(Strict):
+    mnist_dir: str
+    mnist_download: bool = True
+
+
+class Course(Strict):
+    course: str
+    data: Data
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int
+    limits: Limits = Limits()
+    assignments: dict[str, Assignment]
+    path: Path = ROOT / "course.yaml"
+
+    @model_validator(mode="after")
+    def name_assignments(self):
+        for aid, a in self.assignments.items():
+            a.id = aid
+        return self
+
+    @property
+    def mnist_dir(self):
+        d = Path(os.path.expanduser(self.data.mnist_dir))
+        return d if d.is_absolute() else (self.path.parent / d).resolve()
+
+    @property
+    def mnist_download(self):
+        return self.data.mnist_download
+
+    def assignment(self, aid):
+        if aid not in self.assignments:
+            raise ConfigError(f"{self.path}: no assignment '{aid}' (known: {', '.join(self.assignments)})")
+        return self.assignments[aid]
+
+    def limits_for(self, aid, item=None):
+        """The course-wide limits with the item's overrides applied."""
+        merged = self.limits.model_dump()
+        if item is not None:
+            merged.update({k: v for k, v in self.assignment(aid).items[item].limits.model_dump().items()
+                           if v is not None})
+        return Limits(**merged)
+
+
+def parse_course(text, path):
+    """Validate course.yaml's text; errors name the file and the dotted key."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return Course(**raw, path=Path(path))
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"{path}: {key}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+@lru_cache(maxsize=4)
+def _load(path):
+    return parse_course(Path(path).read_text(), path)
+
+
+def load_course(path=None):
+    """The course configuration: $COURSE_CONFIG, else course.yaml at the repository root."""
+    return _load(str(Path(path or os.environ.get("COURSE_CONFIG", ROOT / "course.yaml")).resolve()))

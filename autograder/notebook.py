@@ -1,0 +1,103 @@
+"""Find a submission's code by nbgrader cell metadata: setup cells and graded cells, never by position."""
+import ast
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
+
+
+@dataclass
+class Cell:
+    grade_id: str
+    source: str
+    index: int        # position in the notebook, for messages only
+
+
+@dataclass
+class StudentCode:
+    """What the grader loads from one notebook: setup and graded cells in notebook order."""
+    cells: list = field(default_factory=list)
+    problems: dict = field(default_factory=dict)   # item -> why its cell is unusable
+    notes: list = field(default_factory=list)      # things a TA should know (duplicates, renamed file, ...)
+    error: str = ""                                # the notebook as a whole could not be read
+
+    def source_of(self, item):
+        for cell in reversed(self.cells):
+            if cell.grade_id == item:
+                return cell.source
+        return None
+
+
+def nbgrader_meta(cell):
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def cell_source(cell):
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def read_notebook(path):
+    """The notebook's JSON, or an error message a student can act on."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+            return None, f"{path.name} is {path.stat().st_size // 2**20} MB; notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded"
+        nb = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError) as e:
+        return None, f"{path.name} is not a readable notebook ({type(e).__name__}: {str(e)[:200]})"
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return None, f"{path.name} is not a Jupyter notebook (no list of cells)"
+    return nb, ""
+
+
+def extract(nb, items, setup_prefix="setup_"):
+    """The setup and graded code cells of `nb`, tolerant of reordered, added and duplicated cells."""
+    code = StudentCode()
+    seen = {}
+    for index, cell in enumerate(nb.get("cells", [])):
+        if not isinstance(cell, dict):
+            continue
+        grade_id = str(nbgrader_meta(cell).get("grade_id", ""))
+        if not (grade_id in items or grade_id.startswith(setup_prefix)):
+            continue
+        if cell.get("cell_type") != "code":
+            code.problems[grade_id] = f"the cell for '{grade_id}' is a {cell.get('cell_type')} cell, not a code cell"
+            continue
+        if grade_id in seen:
+            code.notes.append(f"'{grade_id}' appears in cells {seen[grade_id]} and {index}; the later one is graded, "
+                              f"as a notebook run top to bottom would define it")
+        seen[grade_id] = index
+        code.cells.append(Cell(grade_id, cell_source(cell), index))
+    for item in items:
+        if item not in seen and item not in code.problems:
+            code.problems[item] = (f"no cell with grade_id '{item}' in the notebook (was the graded cell deleted, "
+                                   f"or copied without its metadata?)")
+    return code
+
+
+def load_student_code(path, items):
+    """StudentCode for the notebook at `path` (a missing or broken file gives `error`)."""
+    nb, error = read_notebook(path)
+    if nb is None:
+        return StudentCode(error=error, problems={i: error for i in items})
+    return extract(nb, items)
+
+
+def names_used(source):
+    """Every bare name and attribute name in `source` (for the from-scratch rule); None if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.update(node.name.split(".") + ([node.asname] if node.asname else []))
+    return names

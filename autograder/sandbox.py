@@ -1,0 +1,425 @@
+"""The grader's side of the sandbox: start the student's process, send requests, enforce the limits.
+
+Limits that hold: a wall-clock deadline per request, resident memory of the student's process tree,
+output cut at a size, and on any breach every process of the sandbox's own uid is killed, so nothing the
+student started outlives its item. A request that times out, crashes or blows memory restarts the process
+(reloading the notebook's cells) for the next item.
+"""
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from autograder.config import ROOT
+
+CHILD = Path(__file__).with_name("sandbox_child.py")
+UID_BASE, UID_SPAN = 200000, 50000
+
+
+class SandboxFailure(Exception):
+    """The student's process did not answer: kind is timeout, memory, crash or sandbox."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+class StudentRaised(Exception):
+    """The student's code raised; the message is the exception and the cell line it came from."""
+
+
+def can_isolate():
+    return hasattr(os, "geteuid") and os.geteuid() == 0 and sys.platform.startswith("linux")
+
+
+def hidden_paths(extra=()):
+    """Everything of the course but the Python environment, plus the submissions and outputs."""
+    keep = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    hide = []
+    for child in sorted(ROOT.iterdir()):
+        if child.resolve() in keep or any(k.is_relative_to(child.resolve()) for k in keep):
+            continue
+        hide.append(str(child.resolve()))
+    for module in ("solutions", "autograder"):
+        spec = __import__(module).__path__[0]
+        hide.append(str(Path(spec).resolve()))
+    hide += [str(Path(p).resolve()) for p in extra]
+    return sorted(set(hide))
+
+
+def _free_uid():
+    used = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                used.add(d.stat().st_uid)
+            except OSError:
+                pass
+    start = UID_BASE + (os.getpid() * 7919 + time.monotonic_ns()) % UID_SPAN
+    for k in range(UID_SPAN):
+        uid = UID_BASE + (start - UID_BASE + k) % UID_SPAN
+        if uid not in used:
+            return uid
+    raise SandboxFailure("sandbox", "no free uid for the sandbox")
+
+
+def pids_of_uid(uid):
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if d.stat().st_uid == uid:
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def rss_bytes(pids):
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+class OutputTap(threading.Thread):
+    """Reads the student's stdout/stderr; keeps the first `limit` bytes and counts the rest."""
+
+    def __init__(self, fd, limit):
+        super().__init__(daemon=True)
+        self.fd, self.limit = fd, limit
+        self.kept, self.dropped = bytearray(), 0
+        self.lock = threading.Lock()
+
+    def run(self):
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self.lock:
+                room = self.limit - len(self.kept)
+                self.kept += chunk[:max(room, 0)]
+                self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def take(self):
+        """What was printed since the last take, cut to the limit with a note."""
+        time.sleep(0.05)  # let the reader drain what the process flushed before it answered
+        with self.lock:
+            text = self.kept.decode("utf-8", "replace")
+            if self.dropped:
+                text += f"\n[... {self.dropped} more bytes of output cut]"
+            self.kept, self.dropped = bytearray(), 0
+        return text
+
+
+class Sandbox:
+    """One student's process: start, request, and kill; restarts itself after a failure."""
+
+    def __init__(self, cells, harness_sources, limits, hide=(), device="cpu"):
+        self.cells, self.harness_sources = cells, harness_sources
+        self.limits, self.device = limits, device
+        self.isolated = can_isolate()
+        self.hide = hidden_paths(hide) if self.isolated else []
+        self.proc = None
+        self.skip = set()       # cells that hung while loading: left out of every restart
+        self.load_errors = {}
+        self.next_id = 0
+        self.restarts = 0
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def start(self):
+        self.scratch = Path(tempfile.mkdtemp(prefix="course-sandbox-"))
+        self.uid = _free_uid() if self.isolated else os.getuid()
+        if self.isolated:
+            os.chown(self.scratch, self.uid, self.uid)
+        os.chmod(self.scratch, 0o700)
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        out_r, out_w = os.pipe()
+        cfg = {"req_fd": req_r, "resp_fd": resp_w, "isolate": self.isolated, "uid": self.uid, "hide": self.hide,
+               "max_file_bytes": 512 * 2**20}
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
+                                                             "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+        env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg",
+                   CUBLAS_WORKSPACE_CONFIG=":4096:8")
+        pid = os.fork()
+        if pid == 0:  # the child: wire the pipes, then become the sandbox script
+            try:
+                os.setsid()
+                os.chdir(self.scratch)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(out_w, 1)
+                os.dup2(out_w, 2)
+                for fd in (req_w, resp_r, out_r):
+                    os.close(fd)
+                os.set_inheritable(req_r, True)
+                os.set_inheritable(resp_w, True)
+                os.execve(sys.executable, [sys.executable, "-I", "-u", "-X", "faulthandler", str(CHILD),
+                                           json.dumps(cfg)], env)
+            finally:
+                os._exit(127)
+        for fd in (req_r, resp_w, out_w):
+            os.close(fd)
+        self.proc, self.req, self.resp_fd, self.buf = pid, os.fdopen(req_w, "w"), resp_r, b""
+        self.tap = OutputTap(out_r, self.limits.output_kb * 1024)
+        self.tap.start()
+        hello = self._read(self.limits.setup_seconds)
+        if "fatal" in hello:
+            self.kill()
+            raise SandboxFailure("sandbox", hello["fatal"])
+        for module, source in self.harness_sources.items():
+            self.request("harness", self.limits.setup_seconds, module=module, source=source)
+        self._load_cells()
+
+    def _load_cells(self):
+        """Run setup and graded cells; a cell that hangs is skipped and the process restarted without it."""
+        cells = [[c.grade_id, c.source] for c in self.cells if c.grade_id not in self.skip]
+        self.current_cell = None
+        try:
+            out = self.request("load", self.limits.setup_seconds * max(1, len(cells) // 4 + 1), cells=cells)
+        except SandboxFailure as e:
+            if self.current_cell is None:
+                raise
+            self.skip.add(self.current_cell)
+            self.load_errors[self.current_cell] = f"{e} while running this cell"
+            self.kill()
+            self.start()
+            return
+        for grade_id, error in out["cells"]:
+            if error:
+                self.load_errors.setdefault(grade_id, error)
+        self.load_output = self.tap.take()
+
+    def ensure(self):
+        if self.proc is None:
+            self.restarts += 1
+            self.start()
+
+    def kill(self):
+        """Kill every process of the sandbox's uid (or group), close the pipes, remove scratch."""
+        if self.proc is None:
+            return
+        for _ in range(3):
+            try:
+                os.killpg(self.proc, signal.SIGKILL)
+            except OSError:
+                pass
+            if self.isolated:
+                for pid in pids_of_uid(self.uid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            try:
+                os.waitpid(self.proc, 0)
+            except ChildProcessError:
+                pass
+            if not self.isolated or not pids_of_uid(self.uid):
+                break
+            time.sleep(0.05)
+        for f in (self.req,):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            os.close(self.resp_fd)
+        except OSError:
+            pass
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.proc = None
+
+    def close(self):
+        self.kill()
+
+    # --- requests --------------------------------------------------------------------------------
+    def _read(self, timeout):
+        """The next JSON line from the student's process, within `timeout` and the memory limit."""
+        deadline = time.monotonic() + timeout
+        limit = self.limits.memory_mb * 2**20
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise SandboxFailure("timeout", f"did not finish within {timeout:g} s (time limit)")
+            ready, _, _ = select.select([self.resp_fd], [], [], min(left, 0.1))
+            if ready:
+                chunk = os.read(self.resp_fd, 1 << 20)
+                if not chunk:
+                    code = self._exit_status()
+                    self.kill()
+                    raise SandboxFailure("crash", f"the notebook's process ended ({code})")
+                self.buf += chunk
+                if len(self.buf) > 64 * 2**20:
+                    self.kill()
+                    raise SandboxFailure("crash", "the notebook's process sent more than 64 MB on the grader's channel")
+            pids = pids_of_uid(self.uid) if self.isolated else [self.proc]
+            if rss_bytes(pids) > limit:
+                self.kill()
+                raise SandboxFailure("memory", f"used more than {self.limits.memory_mb} MB of memory (memory limit)")
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            self.kill()
+            raise SandboxFailure("crash", "the grader's channel carried something that is not the protocol")
+
+    def _exit_status(self):
+        try:
+            pid, status = os.waitpid(self.proc, 0)
+        except ChildProcessError:
+            return "exit status unknown"
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            return f"killed by signal {signal.Signals(sig).name}" if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+        return f"exit code {os.WEXITSTATUS(status)}"
+
+    def request(self, op, timeout, tensors=None, **fields):
+        """Send one request and wait for its answer; tensors travel in a safetensors file."""
+        self.next_id += 1
+        msg = {"op": op, "id": self.next_id, **fields}
+        if tensors:
+            name = f"in_{self.next_id}.safetensors"
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(self.scratch / name))
+            os.chmod(self.scratch / name, 0o644)
+            msg["file"] = name
+        try:
+            self.req.write(json.dumps(msg) + "\n")
+            self.req.flush()
+        except (BrokenPipeError, OSError):
+            code = self._exit_status()
+            self.kill()
+            raise SandboxFailure("crash", f"the notebook's process ended ({code})")
+        while True:
+            answer = self._read(timeout)
+            if "progress" in answer:
+                self.current_cell = answer["progress"]
+                continue
+            if answer.get("id") == self.next_id:
+                break
+        if msg.get("file"):
+            (self.scratch / msg["file"]).unlink(missing_ok=True)
+        if not answer.get("ok"):
+            raise StudentRaised(str(answer.get("error", "failed"))[:500])
+        return answer
+
+    def value(self, answer):
+        """The answer's value with its tensors read back (safetensors: data only, never code)."""
+        tensors = {}
+        name = answer.get("file")
+        if name:
+            path = self.scratch / Path(name).name
+            try:
+                tensors = load_file(str(path))
+            except Exception as e:  # a file the student tampered with is a wrong answer, not a grader crash
+                raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})")
+            finally:
+                path.unlink(missing_ok=True)
+        return decode(answer.get("value"), tensors)
+
+    def output(self):
+        return self.tap.take()
+
+
+class Remote:
+    """A student's object that lives in the sandbox (a module), referred to by handle."""
+
+    def __init__(self, handle, type_name):
+        self.handle, self.type_name = handle, type_name
+
+    def __repr__(self):
+        return f"<student {self.type_name}>"
+
+
+def decode(v, tensors):
+    if isinstance(v, dict):
+        if "T" in v:
+            t = tensors[v["T"]]
+            t.student_device = v.get("device", "cpu")
+            return t
+        if "tuple" in v:
+            return tuple(decode(x, tensors) for x in v["tuple"])
+        if "list" in v:
+            return [decode(x, tensors) for x in v["list"]]
+        if "dict" in v:
+            return {k: decode(x, tensors) for k, x in v["dict"].items()}
+        if "handle" in v:
+            return Remote(v["handle"], v.get("type", "object"))
+        if "repr" in v:
+            return Opaque(v["repr"])
+        return v
+    return v
+
+
+class Opaque:
+    """A value the protocol could not carry (neither tensor nor number): only its description came back."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def encode(v, tensors, device="cpu"):
+    """Arguments for the student's process: tensors by reference, modules by handle."""
+    if isinstance(v, torch.Tensor):
+        key = f"a{len(tensors)}"
+        tensors[key] = v
+        return {"T": key, "device": device}
+    if isinstance(v, Remote):
+        return {"handle": v.handle}
+    if isinstance(v, torch.dtype):
+        return {"dtype": str(v).replace("torch.", "")}
+    if isinstance(v, torch.Generator):
+        raise TypeError("send a generator as Seeded(seed)")
+    if isinstance(v, Seeded):
+        return {"generator": v.seed}
+    if isinstance(v, Fresh):
+        state = []
+        for k, t in enumerate(v.state):
+            key = f"s{len(tensors)}"
+            tensors[key] = t
+            state.append(key)
+        return {"new": v.cls, "args": encode(list(v.args), tensors, device),
+                "kwargs": encode(dict(v.kwargs), tensors, device), "state": state, "to": device}
+    if isinstance(v, tuple):
+        return {"tuple": [encode(x, tensors, device) for x in v]}
+    if isinstance(v, list):
+        return {"list": [encode(x, tensors, device) for x in v]}
+    if isinstance(v, dict):
+        return {"dict": {k: encode(x, tensors, device) for k, x in v.items()}}
+    return v
+
+
+class Seeded:
+    """A torch.Generator seeded in the student's process."""
+
+    def __init__(self, seed):
+        self.seed = seed
+
+
+class Fresh:
+    """A PyTorch module (torch.nn.<cls>) built in the student's process with the grader's weights."""
+
+    def __init__(self, cls, *args, state=(), **kwargs):
+        self.cls, self.args, self.kwargs, self.state = cls, args, kwargs, list(state)
