@@ -1,0 +1,87 @@
+"""Grade many submissions: in parallel, resumable, each result written the moment it is done."""
+import fcntl
+import json
+import os
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from autograder.engine import grade_notebook
+
+
+def find_submissions(paths, aid):
+    """(name, notebook) for each argument: a notebook, or a folder searched for notebooks."""
+    found = []
+    for arg in map(Path, paths):
+        if arg.is_file():
+            found.append((arg.stem if arg.stem != aid else arg.parent.name, arg))
+            continue
+        notebooks = sorted(p for p in arg.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        for nb in notebooks:
+            rel = nb.relative_to(arg)
+            found.append((rel.parts[0] if len(rel.parts) > 1 else nb.stem, nb))
+        if not notebooks:
+            found.append((arg.name, arg))  # reported as unreadable, never silently dropped
+    names, unique = {}, []
+    for name, nb in found:
+        names[name] = names.get(name, 0) + 1
+        unique.append((name if names[name] == 1 else f"{name}~{names[name]}", nb))
+    return unique
+
+
+def failed_result(aid, name, reason):
+    """A result for a submission the grader itself could not finish: zero, with the reason."""
+    return {"score": 0.0, "max_score": 0.0, "output": reason, "visibility": "visible", "tests": [],
+            "extra_data": {"assignment": aid, "notebook": name, "grader_error": True}}
+
+
+def atomic_write(path, text):
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def grade_one(name, notebook, aid, items, device, results_dir):
+    """Grade one submission under a lock; reuse a finished result from an earlier run."""
+    if results_dir is None:
+        return _grade(name, notebook, aid, items, device)
+    out = results_dir / f"{name}.json"
+    lock = open(results_dir / f"{name}.lock", "w")
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another grader has it: wait, then take its result
+        if out.exists():
+            return json.loads(out.read_text())
+        result = _grade(name, notebook, aid, items, device)
+        atomic_write(out, json.dumps(result, indent=1))
+        return result
+    finally:
+        lock.close()
+
+
+def _grade(name, notebook, aid, items, device):
+    try:
+        return grade_notebook(notebook, aid, items=items, device=device)
+    except Exception as e:  # a grader bug on one submission must not stop the batch
+        traceback.print_exc(file=sys.stderr)
+        return failed_result(aid, name, f"the grader failed on this submission ({type(e).__name__}: {e}); "
+                                        f"it was not scored, rerun it")
+
+
+def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_dir=None, progress=None):
+    """[(name, result)] in the order given; each result is saved as soon as it is done."""
+    if results_dir is not None:
+        results_dir = Path(results_dir)
+        results_dir.mkdir(parents=True, exist_ok=True)
+    results = {}
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir): name for name, nb in submissions}
+        for done, future in enumerate(as_completed(futures), 1):
+            name = futures[future]
+            results[name] = future.result()
+            if progress:
+                progress(done, len(futures), name, results[name])
+    return [(name, results[name]) for name, _ in submissions]

@@ -1,0 +1,236 @@
+"""One source of truth: graded cells are written from solutions/, solved or stubbed, and the release verified."""
+import ast
+import importlib
+import inspect
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+from autograder.config import ROOT, load_course
+from autograder.notebook import nbgrader_meta
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+class ReleaseError(Exception):
+    """The release is unsafe or incomplete; the message lists every problem."""
+
+
+def _has_docstring(node):
+    return (node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str))
+
+
+def _regions(node, lines, solved, out, indent=""):
+    """Lines of a def/class with each function body replaced by a (filled or empty) solution region."""
+    header_end = node.body[0].end_lineno if _has_docstring(node) else node.body[0].lineno - 1
+    start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    out.extend(lines[start - 1:header_end])
+    if isinstance(node, ast.ClassDef):
+        cursor = header_end
+        for stmt in node.body[1 if _has_docstring(node) else 0:]:
+            stmt_start = stmt.decorator_list[0].lineno if getattr(stmt, "decorator_list", None) else stmt.lineno
+            out.extend(lines[cursor:stmt_start - 1])
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                _regions(stmt, lines, solved, out)
+            else:
+                out.extend(lines[stmt_start - 1:stmt.end_lineno])
+            cursor = stmt.end_lineno
+        return
+    body = lines[header_end:node.end_lineno]
+    pad = " " * (node.col_offset + 4)
+    out.append(pad + BEGIN)
+    if solved:
+        out.extend(body)
+    out.append(pad + END)
+
+
+def item_cell(aid, item, solved):
+    """The graded cell for `item`: signature and docstring from solutions/, the body solved or left empty."""
+    module = importlib.import_module(f"solutions.{aid}")
+    obj = getattr(module, item)
+    source = textwrap.dedent(inspect.getsource(obj))
+    lines = source.splitlines()
+    node = ast.parse(source).body[0]
+    out = []
+    _regions(node, lines, solved, out)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def notebook_path(aid, root=ROOT):
+    return root / "assignments" / aid / f"{aid}.ipynb"
+
+
+def graded_cells(nb, items):
+    for cell in nb.cells:
+        gid = nbgrader_meta(cell).get("grade_id")
+        if gid in items and cell.cell_type == "code":
+            yield gid, cell
+
+
+def sync(aid, write=True):
+    """Rewrite the source notebook's graded cells from solutions/ and test-cell points from course.yaml."""
+    assignment = load_course().assignment(aid)
+    path = notebook_path(aid)
+    nb = nbformat.read(path, as_version=4)
+    changed = []
+    for gid, cell in graded_cells(nb, assignment.items):
+        text = item_cell(aid, gid, solved=False).rstrip("\n")
+        if cell.source != text:
+            cell.source = text
+            changed.append(gid)
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        gid = meta.get("grade_id", "")
+        if gid.startswith("test_") and gid[5:] in assignment.items:
+            points = assignment.item_points(gid[5:])
+            if meta.get("points") != points:
+                meta["points"] = points
+                changed.append(gid)
+    if changed and write:
+        nbformat.write(nb, path)
+    return changed
+
+
+def solve(aid, out_dir=None):
+    """The instructor's solution notebook: the source with every region filled from solutions/."""
+    assignment = load_course().assignment(aid)
+    nb = nbformat.read(notebook_path(aid), as_version=4)
+    for gid, cell in graded_cells(nb, assignment.items):
+        cell.source = item_cell(aid, gid, solved=True).rstrip("\n")
+    out_dir = Path(out_dir or ROOT / "build" / "solved" / aid)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{aid}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def execute(path, timeout=900, allow_errors=False, env=None):
+    """Run a notebook top to bottom in a real Jupyter kernel; returns the executed notebook."""
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                            resources={"metadata": {"path": str(Path(path).parent)}})
+    client.execute(env=env) if env is not None else client.execute()
+    return nb
+
+
+NBGRADER_CONFIG = """
+c = get_config()
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+c.CourseDirectory.db_url = "sqlite:///{root}/gradebook.db"
+c.IncludeHeaderFooter.header = ""
+c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
+"""
+
+
+def generate(aids, out_root):
+    """nbgrader generate_assignment on the source notebooks, in a scratch course folder; returns its release/."""
+    work = Path(tempfile.mkdtemp(prefix="course-release-"))
+    (work / "nbgrader_config.py").write_text(NBGRADER_CONFIG.format(root=str(work)))
+    for aid in aids:
+        (work / "source" / aid).mkdir(parents=True)
+        shutil.copy(notebook_path(aid), work / "source" / aid / f"{aid}.ipynb")
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", aid, "--force",
+                               "--log-level=WARN"], cwd=work, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ReleaseError(f"nbgrader generate_assignment {aid} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    for aid in aids:
+        dest = Path(out_root) / aid
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(work / "release" / aid, dest)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def release(aids=None, out_root=None):
+    """Sync, generate and verify the student release; raises ReleaseError listing every problem."""
+    course = load_course()
+    aids = list(aids or course.assignments)
+    for aid in aids:
+        sync(aid)
+    out_root = Path(out_root or ROOT / "release")
+    generate(aids, out_root)
+    problems = []
+    for aid in aids:
+        problems += verify(aid, out_root / aid)
+    if problems:
+        raise ReleaseError("the release is not safe to publish:\n  " + "\n  ".join(problems))
+    return [out_root / aid / f"{aid}.ipynb" for aid in aids]
+
+
+def solution_lines(aid):
+    """Every significant line of every graded item's reference body (what must never be released)."""
+    assignment = load_course().assignment(aid)
+    lines = set()
+    for item in assignment.items:
+        solved = item_cell(aid, item, solved=True).splitlines()
+        stub = set(item_cell(aid, item, solved=False).splitlines())
+        for line in solved:
+            text = line.strip()
+            if line not in stub and len(text) >= 12 and not text.startswith("#"):
+                lines.add(text)
+    return lines
+
+
+def verify(aid, folder):
+    """Problems with one assignment's release folder (empty list: safe)."""
+    assignment = load_course().assignment(aid)
+    folder = Path(folder)
+    problems = []
+    expected = f"{aid}.ipynb"
+    extra = sorted(p.name for p in folder.iterdir() if p.name != expected) if folder.is_dir() else []
+    if extra:
+        problems.append(f"{aid}: extra files in the release: {', '.join(extra)}")
+    path = folder / expected
+    if not path.exists():
+        return problems + [f"{aid}: {expected} is missing from the release"]
+    nb = nbformat.read(path, as_version=4)
+    secrets = solution_lines(aid)
+    seen = {}
+    for index, cell in enumerate(nb.cells):
+        meta = nbgrader_meta(cell)
+        gid = meta.get("grade_id")
+        if gid:
+            if gid in seen:
+                problems.append(f"{aid}: grade_id '{gid}' is used by cells {seen[gid]} and {index}")
+            seen[gid] = index
+        text = cell.source
+        for line in text.splitlines():
+            if line.strip() in secrets:
+                problems.append(f"{aid}: cell {index} ({gid or cell.cell_type}) contains a line of the reference "
+                                f"solution: {line.strip()[:80]!r}")
+        if HIDDEN_BEGIN in text or HIDDEN_END in text or BEGIN in text:
+            problems.append(f"{aid}: cell {index} ({gid}) still has a solution or hidden-test region")
+        if re.search(r"\b(import|from)\s+(solutions|autograder)\b|solutions/|autograder/", text):
+            problems.append(f"{aid}: cell {index} ({gid or cell.cell_type}) refers to the hidden solutions or the "
+                            f"autograder's internals")
+    for item in assignment.items:
+        if item not in seen:
+            problems.append(f"{aid}: graded item '{item}' has no stub cell")
+        elif "NotImplementedError" not in nb.cells[seen[item]].source:
+            problems.append(f"{aid}: the cell of '{item}' is not a stub (no NotImplementedError)")
+        test = f"test_{item}"
+        if test not in seen:
+            problems.append(f"{aid}: graded item '{item}' has no test cell '{test}'")
+        else:
+            points = nbgrader_meta(nb.cells[seen[test]]).get("points")
+            if points != assignment.item_points(item):
+                problems.append(f"{aid}: '{test}' is worth {points} points, course.yaml says "
+                                f"{assignment.item_points(item)}")
+    return problems
+
+
+def normalised(path):
+    """A notebook's JSON with the fields nbgrader writes differently run to run left out."""
+    nb = json.loads(Path(path).read_text())
+    return json.dumps(nb, sort_keys=True, indent=1)

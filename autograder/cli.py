@@ -1,0 +1,146 @@
+"""The `course` command: one verb per job over the shared engine (grade, solve, sync, release, experiments, demo)."""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from autograder.config import ConfigError, load_course
+
+
+def cmd_grade(args):
+    from autograder.batch import find_submissions, grade_batch
+    from autograder.report import grade_table, lost_points, write_csv
+    course = load_course()
+    assignment = course.assignment(args.assignment)
+    items = args.items.split(",") if args.items else None
+    unknown = [i for i in items or [] if i not in assignment.items]
+    if unknown:
+        raise ConfigError(f"--items: {', '.join(unknown)} not in {args.assignment} "
+                          f"(known: {', '.join(assignment.items)})")
+    subs = find_submissions(args.paths, args.assignment)
+    t0 = time.time()
+
+    def progress(done, total, name, result):
+        print(f"[{done}/{total}] {name}: {result['score']:g}/{result['max_score']:g} "
+              f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    rows = grade_batch(subs, args.assignment, items=items, device=args.device, workers=args.workers,
+                       results_dir=args.results_dir, progress=progress)
+    shown = items or list(assignment.items)
+    print(grade_table(rows, shown))
+    for name, result in rows:
+        reasons, extra = lost_points(result, limit=args.reasons)
+        if result.get("output"):
+            print(f"  {name}: {result['output'][:300]}")
+        for r in reasons:
+            print(f"  {name}: {r}")
+        if extra:
+            print(f"  {name}: {extra.strip()}")
+    if args.json:
+        payload = rows[0][1] if len(rows) == 1 else [{"submission": n, **r} for n, r in rows]
+        Path(args.json).write_text(json.dumps(payload, indent=1))
+    if args.csv:
+        write_csv(args.csv, rows, shown)
+    return 0
+
+
+def cmd_sync(args):
+    from autograder.build import sync
+    for aid in args.ids or load_course().assignments:
+        changed = sync(aid)
+        print(f"{aid}: {'rewrote ' + ', '.join(changed) if changed else 'in sync with solutions/ and course.yaml'}")
+    return 0
+
+
+def cmd_solve(args):
+    from autograder.build import execute, solve
+    for aid in args.ids or load_course().assignments:
+        path = solve(aid, args.out)
+        print(f"{aid}: solution notebook at {path}")
+        if args.execute:
+            t0 = time.time()
+            execute(path)
+            print(f"{aid}: executed top to bottom in {time.time() - t0:.0f} s without an error")
+    return 0
+
+
+def cmd_release(args):
+    from autograder.build import ReleaseError, release
+    try:
+        paths = release(args.ids or None)
+    except ReleaseError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    for p in paths:
+        print(f"released and verified: {p}")
+    return 0
+
+
+def cmd_experiments(args):
+    from autograder.experiments import format_row, run_reference
+    course = load_course()
+    failed = 0
+    for aid in args.ids or course.assignments:
+        for name, exp in course.assignment(aid).experiments.items():
+            result = run_reference(aid, name, device=args.device)
+            print(format_row(exp, result), flush=True)
+            failed += not result.passed
+    return 1 if failed else 0
+
+
+def cmd_demo(args):
+    from autograder.demo import demo
+    return demo(device=args.device, workers=args.workers, skip_experiments=args.quick)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="course", description=__doc__)
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    g = sub.add_parser("grade", help="grade submitted notebooks with the isolated grader")
+    g.add_argument("paths", nargs="+", metavar="NOTEBOOK_OR_DIR")
+    g.add_argument("--assignment", "-a", required=True)
+    g.add_argument("--items", help="comma-separated items to (re)grade; default all")
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    g.add_argument("--workers", type=int, default=1)
+    g.add_argument("--json", help="write results.json (one notebook) or a JSON list (several)")
+    g.add_argument("--csv", help="write one row per submission")
+    g.add_argument("--results-dir", help="save each result here as it finishes; a rerun grades only what is missing")
+    g.add_argument("--reasons", type=int, default=4, help="lost-point reasons shown per submission")
+    g.set_defaults(run=cmd_grade)
+
+    s = sub.add_parser("sync", help="rewrite source notebooks' graded cells from solutions/ and points from course.yaml")
+    s.add_argument("ids", nargs="*")
+    s.set_defaults(run=cmd_sync)
+
+    s = sub.add_parser("solve", help="build the instructor's solution notebooks from solutions/")
+    s.add_argument("ids", nargs="*")
+    s.add_argument("--out", help="output folder (default build/solved/ID)")
+    s.add_argument("--execute", action="store_true", help="run the notebook top to bottom in a kernel")
+    s.set_defaults(run=cmd_solve)
+
+    s = sub.add_parser("release", help="regenerate release/ with nbgrader and verify nothing hidden leaked")
+    s.add_argument("ids", nargs="*")
+    s.set_defaults(run=cmd_release)
+
+    s = sub.add_parser("experiments", help="run the lectures' experiments with the reference solutions")
+    s.add_argument("ids", nargs="*")
+    s.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    s.set_defaults(run=cmd_experiments)
+
+    s = sub.add_parser("demo", help="release, example submissions, grading and the grade table, end to end")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--quick", action="store_true", help="skip the reference experiments table")
+    s.set_defaults(run=cmd_demo)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
