@@ -90,7 +90,7 @@ def cmd_experiments(args):
 
 def cmd_demo(args):
     from autograder.demo import demo
-    return demo(device=args.device, workers=args.workers, skip_experiments=args.quick)
+    return demo(device=args.device, workers=args.workers)
 
 
 def main(argv=None):
@@ -131,7 +131,6 @@ def main(argv=None):
     s = sub.add_parser("demo", help="release, example submissions, grading and the grade table, end to end")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     s.add_argument("--workers", type=int, default=2)
-    s.add_argument("--quick", action="store_true", help="skip the reference experiments table")
     s.set_defaults(run=cmd_demo)
 
     args = parser.parse_args(argv)

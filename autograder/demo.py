@@ -1,0 +1,53 @@
+"""The main job end to end: build the release, make example submissions, grade them, print the table."""
+import time
+
+from autograder.batch import grade_batch
+from autograder.build import ReleaseError, release
+from autograder.config import ROOT, load_course
+from autograder.examples import write_examples
+from autograder.report import grade_table, lost_points
+
+DEMO = ROOT / "build" / "demo"
+
+
+def experiment_lines(result):
+    """The experiments' measured figures beside the lecture's, from a graded result."""
+    lines = []
+    for test in result["tests"]:
+        if test["name"].split(": ", 1)[-1].startswith("experiment"):
+            first, *rest = test["output"].splitlines()
+            lines.append(f"  {test['name']} ({test['score']:g}/{test['max_score']:g}) {first}")
+            lines += [f"      {r}" for r in rest]
+    return lines
+
+
+def demo(device="auto", workers=2):
+    """Release -> examples -> grade -> table, for every assignment; 0 when everything ran."""
+    course = load_course()
+    t0 = time.time()
+    print("1. Building the student release with nbgrader and checking it for leaks ...", flush=True)
+    try:
+        release(out_root=DEMO / "release")
+    except ReleaseError as e:
+        print(e)
+        return 1
+    print(f"   release verified ({time.time() - t0:.0f} s)\n")
+    for aid, assignment in course.assignments.items():
+        print(f"2. {aid}: example submissions (complete, empty, partly right, broken), graded in the sandbox",
+              flush=True)
+        subs = write_examples(aid, DEMO / "submissions" / aid, release_root=DEMO / "release")
+        t1 = time.time()
+        rows = grade_batch(subs, aid, device=device, workers=workers, results_dir=DEMO / "results" / aid)
+        print(grade_table(rows, list(assignment.items)))
+        for name, result in rows:
+            reasons, extra = lost_points(result)
+            for r in reasons:
+                print(f"  {name}: {r}")
+            if extra:
+                print(f"  {name}: {extra.strip()}")
+        complete = dict(rows)["complete"]
+        print("  experiments of the complete submission (measured by the grader's loop, lecture figure beside):")
+        print("\n".join(experiment_lines(complete)))
+        print(f"  graded in {time.time() - t1:.0f} s\n", flush=True)
+    print(f"Demo finished in {time.time() - t0:.0f} s. Results (results.json per submission): {DEMO / 'results'}")
+    return 0
