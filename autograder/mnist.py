@@ -21,7 +21,9 @@ class MnistMissing(FileNotFoundError):
 def read_idx(path):
     """One IDX file (optionally gzipped) as a numpy array: magic, dims, then big-endian data."""
     path = Path(path)
-    raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":  # gzip, whatever the file is called
+        raw = gzip.decompress(raw)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in IDX_DTYPES:
         raise ValueError(f"{path}: not an IDX file (magic bytes {raw[:4].hex()})")
     dtype, ndim = np.dtype(IDX_DTYPES[raw[2]]), raw[3]
