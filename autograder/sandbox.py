@@ -42,18 +42,15 @@ def can_isolate():
 
 
 def hidden_paths(extra=()):
-    """Everything of the course but the Python environment, plus the submissions and outputs."""
-    keep = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    hide = []
-    for child in sorted(ROOT.iterdir()):
-        if child.resolve() in keep or any(k.is_relative_to(child.resolve()) for k in keep):
-            continue
-        hide.append(str(child.resolve()))
-    for module in ("solutions", "autograder"):
-        spec = __import__(module).__path__[0]
-        hide.append(str(Path(spec).resolve()))
-    hide += [str(Path(p).resolve()) for p in extra]
-    return sorted(set(hide))
+    """Folders the student's process must not see: the whole course, the installed packages, submissions."""
+    hide = [ROOT] + [Path(__import__(m).__path__[0]) for m in ("solutions", "autograder")]
+    hide += [Path(p) for p in extra]
+    return sorted({str(p.resolve() if p.is_dir() else p.resolve().parent) for p in hide})
+
+
+def kept_paths():
+    """What stays visible inside a hidden folder: the Python environment the grader runs in."""
+    return sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
 
 
 def _free_uid():
@@ -73,13 +70,14 @@ def _free_uid():
 
 
 def pids_of_uid(uid):
+    """Live (not zombie) processes owned by `uid`."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if d.stat().st_uid == uid:
+                if d.stat().st_uid == uid and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                     out.append(int(d.name))
-            except OSError:
+            except (OSError, IndexError):
                 pass
     return out
 
@@ -154,6 +152,7 @@ class Sandbox:
         resp_r, resp_w = os.pipe()
         out_r, out_w = os.pipe()
         cfg = {"req_fd": req_r, "resp_fd": resp_w, "isolate": self.isolated, "uid": self.uid, "hide": self.hide,
+               "keep": kept_paths(),
                "max_file_bytes": 512 * 2**20}
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
                                                              "OMP_NUM_THREADS", "MKL_NUM_THREADS",

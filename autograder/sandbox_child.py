@@ -14,7 +14,7 @@ import time
 import traceback
 
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 38, 1
 
 
@@ -48,16 +48,18 @@ def enter_sandbox(cfg):
         if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), "unshare failed")
         libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+        keep = [(path, os.open(path, os.O_PATH)) for path in cfg["keep"] if os.path.isdir(path)]
         for path in cfg["hide"]:
-            p = path.encode()
-            if os.path.isdir(path):
-                rc = libc.mount(b"tmpfs", p, b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k,mode=0555")
-            elif os.path.exists(path):
-                rc = libc.mount(b"/dev/null", p, None, MS_BIND, None)
-            else:
+            if not os.path.isdir(path):
                 continue
-            if rc != 0:
+            if libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=0755") != 0:
                 raise OSError(ctypes.get_errno(), f"could not hide {path}")
+            for kept, fd in keep:  # the Python environment may live inside the course folder
+                if kept.startswith(path.rstrip("/") + "/"):
+                    graft(libc, fd, kept)
+            libc.mount(None, path.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        for _, fd in keep:
+            os.close(fd)
         # A private /tmp with only this sandbox's scratch folder in it, at the same path.
         scratch = os.getcwd()
         fd = os.open(scratch, os.O_PATH)

@@ -1,0 +1,170 @@
+"""The sandbox holds: hidden files, no network, time and memory limits, capped output, nothing outlives it."""
+import os
+import time
+
+import pytest
+import torch
+
+from autograder.config import ROOT, Limits
+from autograder.engine import Student
+from autograder.notebook import Cell
+from autograder.sandbox import Sandbox, SandboxFailure, StudentRaised, can_isolate, pids_of_uid
+
+pytestmark = pytest.mark.grading
+LIMITS = Limits(setup_seconds=60, item_seconds=20, experiment_seconds=60, memory_mb=1500, output_kb=4)
+
+
+def started(*cells, limits=LIMITS):
+    sb = Sandbox([Cell(gid, src, k) for k, (gid, src) in enumerate(cells)], {}, limits)
+    sb.start()
+    return sb
+
+
+def ask(sb, name, *args, seconds=10):
+    return Student(sb, name, "cpu", time.monotonic() + seconds).call(name, *args)
+
+
+@pytest.fixture(scope="module")
+def probe():
+    sb = started(("setup_probe", PROBE))
+    yield sb
+    sb.close()
+
+
+PROBE = '''
+import os, socket
+def can_read(path):
+    try:
+        open(path, "rb").read(1)
+        return True
+    except OSError:
+        return False
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+def connect(host, port):
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+def write(path):
+    try:
+        open(path, "w").write("x")
+        return True
+    except OSError:
+        return False
+def whoami():
+    return os.getuid()
+'''
+
+
+@pytest.mark.skipif(not can_isolate(), reason="isolation needs root on Linux")
+def test_solutions_suites_and_course_files_are_invisible(probe):
+    for path in ["solutions/w8l4_transformers.py", "autograder/suites/w8l4_transformers.py", "course.yaml",
+                 "autograder/engine.py", ".git/HEAD", "assignments"]:
+        assert ask(probe, "can_read", str(ROOT / path)) is False, path
+    assert ask(probe, "listing", str(ROOT / "solutions")) == []
+    assert ask(probe, "whoami") != 0
+
+
+@pytest.mark.skipif(not can_isolate(), reason="isolation needs root on Linux")
+def test_no_network_and_no_writes_outside_scratch(probe):
+    assert ask(probe, "connect", "127.0.0.1", 22) is False
+    assert ask(probe, "write", str(ROOT / "release" / "x.txt")) is False
+    assert ask(probe, "write", "/etc/course-sandbox-test") is False
+    assert ask(probe, "write", "scratch.txt") is True
+
+
+def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
+    sb = started(("spin", "def spin():\n    while True:\n        pass\n"), ("ok", "def ok():\n    return 7\n"))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SandboxFailure, match="time limit") as e:
+            ask(sb, "spin", seconds=2)
+        assert e.value.kind == "timeout" and time.monotonic() - t0 < 10
+        sb.ensure()
+        assert ask(sb, "ok") == 7
+        assert sb.restarts == 1
+    finally:
+        sb.close()
+
+
+def test_a_memory_blow_up_is_killed_with_a_message():
+    sb = started(("hog", "import torch\ndef hog():\n    x = torch.ones(600, 2**20)\n    y = x + 1\n    return 0\n"),
+                 limits=LIMITS.model_copy(update={"memory_mb": 1200}))
+    try:
+        with pytest.raises(SandboxFailure, match="memory limit") as e:
+            ask(sb, "hog", seconds=30)
+        assert e.value.kind == "memory"
+    finally:
+        sb.close()
+
+
+@pytest.mark.parametrize("body, words", [
+    ("import os\n    os._exit(3)", "exit code 3"),
+    ("import sys\n    sys.exit(0)", "SystemExit"),
+    ("import ctypes\n    ctypes.string_at(0)", "SIGSEGV"),
+])
+def test_exits_and_crashes_are_reported_not_fatal(body, words):
+    sb = started(("boom", f"def boom():\n    {body}\n"))
+    try:
+        with pytest.raises((SandboxFailure, StudentRaised), match=words):
+            ask(sb, "boom")
+    finally:
+        sb.close()
+
+
+def test_printed_output_is_cut_at_the_limit():
+    sb = started(("noisy", "def noisy():\n    for _ in range(20000):\n        print('x' * 1000)\n    return 1\n"))
+    try:
+        assert ask(sb, "noisy", seconds=30) == 1
+        text = sb.output()
+        assert len(text) < 6000 and "more bytes of output cut" in text
+    finally:
+        sb.close()
+
+
+@pytest.mark.skipif(not can_isolate(), reason="killing by uid needs isolation")
+def test_a_background_process_does_not_outlive_the_sandbox():
+    src = "import subprocess\ndef spawn():\n    p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n    return p.pid\n"
+    sb = started(("spawn", src))
+    uid = sb.uid
+    ask(sb, "spawn")
+    assert pids_of_uid(uid), "the background process should be running"
+    sb.close()
+    time.sleep(0.2)
+    assert pids_of_uid(uid) == []
+
+
+def test_a_hanging_setup_cell_is_skipped_and_the_rest_loads():
+    sb = started(("setup_hang", "import time\ntime.sleep(1000)\n"), ("ok", "def ok():\n    return 3\n"),
+                 limits=LIMITS.model_copy(update={"setup_seconds": 3}))
+    try:
+        assert "setup_hang" in sb.load_errors and "time limit" in sb.load_errors["setup_hang"]
+        assert ask(sb, "ok") == 3
+    finally:
+        sb.close()
+
+
+def test_input_gets_end_of_file_instead_of_waiting():
+    sb = started(("ask_user", "def ask_user():\n    return input('name? ')\n"))
+    try:
+        with pytest.raises(StudentRaised, match="EOFError"):
+            ask(sb, "ask_user")
+    finally:
+        sb.close()
+
+
+def test_tensors_come_back_as_data_with_their_device_and_dtype():
+    sb = started(("double", "def double(x):\n    return x * 2, {'n': 3}\n"))
+    try:
+        x = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+        out, extra = ask(sb, "double", x)
+        assert torch.equal(out, x * 2) and out.dtype == torch.float64 and out.student_device == "cpu"
+        assert extra == {"n": 3}
+        assert not any(p.suffix == ".pkl" for p in sb.scratch.iterdir())
+    finally:
+        sb.close()
