@@ -111,9 +111,12 @@ class Student:
         return obj
 
     def state(self, obj):
-        return self._ask("state", {"handle": obj.handle})
+        """The module's state_dict() as a dict name -> tensor, in registration order."""
+        answer = self._ask("state", {"handle": obj.handle}, raw=True)
+        return dict(zip(answer.get("names", []), self.sandbox.value(answer)))
 
     def load_state(self, obj, tensors):
+        """Copy tensors into the module's state_dict() entries, by order and shape."""
         named = {f"p{k}": t for k, t in enumerate(tensors)}
         self.sandbox.request("load_state", self._left(), tensors=named, handle=obj.handle, keys=list(named))
 
@@ -146,7 +149,7 @@ def harness_sources(aid):
     return {aid: inspect.getsource(harness(aid))}
 
 
-def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None):
+def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, experiments=True):
     """results.json for one notebook (a dict), never raising for anything the submission did."""
     course = load_course()
     assignment = course.assignment(aid)
@@ -172,7 +175,7 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None):
         for item in wanted:
             if log:
                 log(item)
-            outcomes += grade_item(course, assignment, item, code, sandbox, suite, ref, device)
+            outcomes += grade_item(course, assignment, item, code, sandbox, suite, ref, device, experiments)
     finally:
         if sandbox is not None:
             notes += [f"setup cell '{g}' raised {e}" for g, e in sandbox.load_errors.items()
@@ -194,7 +197,7 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None):
     }
 
 
-def grade_item(course, assignment, item, code, sandbox, suite, ref, device):
+def grade_item(course, assignment, item, code, sandbox, suite, ref, device, experiments=True):
     """Every check of one item, in the configured order, then the experiments it trains."""
     aid, spec = assignment.id, assignment.items[item]
     limits = course.limits_for(aid, item)
@@ -252,7 +255,7 @@ def grade_item(course, assignment, item, code, sandbox, suite, ref, device):
             o.score = 0.0
             o.output = f"'{item}' is not implemented yet (it raises NotImplementedError)"
     exists_ok = outcomes and outcomes[0].kind == "exists" and outcomes[0].score > 0
-    for exp in assignment.experiments_of(item):
+    for exp in assignment.experiments_of(item) if experiments else []:
         outcomes.append(run_experiment(course, assignment, exp, code, sandbox, ref, device,
                                        runnable=exists_ok and not any(o.not_implemented for o in outcomes)))
     return outcomes

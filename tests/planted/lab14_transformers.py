@@ -1,0 +1,128 @@
+"""Planted mistakes and correct alternatives for lab14_transformers.
+
+A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell written differently.
+"""
+
+PLANTED = {
+    "scaled_dot_product_attention": {
+        "wrong": {
+            "no_sqrt_scale": ("/ math.sqrt(d_k)", ""),
+            "softmax_over_queries": ("weights = torch.softmax(scores, dim=-1)\n        return",
+                                     "weights = torch.softmax(scores, dim=-2)\n        return"),
+            "mask_convention_flipped": ("scores = scores.masked_fill(~allowed, float(\"-inf\"))",
+                                        "scores = scores.masked_fill(allowed, float(\"-inf\"))"),
+        },
+        "right": {
+            "einsum_and_where": '''def scaled_dot_product_attention(Q, K, V, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V with mask 1/True = may attend."""
+    scores = torch.einsum("...qd,...kd->...qk", Q, K) * Q.shape[-1] ** -0.5
+    if mask is not None:
+        scores = torch.where(mask.bool(), scores, torch.full_like(scores, -1e30))
+    weights = scores.softmax(dim=-1)
+    return torch.einsum("...qk,...kd->...qd", weights, V), weights
+''',
+        },
+    },
+    "manual_multihead": {
+        "wrong": {
+            "heads_split_without_transpose": (".transpose(-3, -2)  # (..., H, S, D)", "  # (..., H, S, D)"),
+            "no_out_proj": ("return mha.out_proj(out), weights", "return out, weights"),
+        },
+        "right": {
+            "weights_sliced_by_hand": '''def manual_multihead(x, mha):
+    """Self-attention with mha's packed weights, written out."""
+    B, S, E = x.shape
+    H = mha.num_heads
+    D = E // H
+    W, b = mha.in_proj_weight, mha.in_proj_bias
+    bias = (lambda i: b[i * E:(i + 1) * E]) if b is not None else (lambda i: None)
+    q, k, v = (F.linear(x, W[i * E:(i + 1) * E], bias(i)).view(B, S, H, D).permute(0, 2, 1, 3) for i in range(3))
+    out, weights = scaled_dot_product_attention(q, k, v)
+    out = out.permute(0, 2, 1, 3).reshape(B, S, E)
+    return F.linear(out, mha.out_proj.weight, mha.out_proj.bias), weights
+''',
+        },
+    },
+    "PositionalEncoding": {
+        "wrong": {
+            "sin_cos_swapped": ("pe[:, 0::2] = torch.sin(angle)", "pe[:, 0::2] = torch.cos(angle)"),
+            "parameter_not_buffer": ('self.register_buffer("pe", pe.float().unsqueeze(0))',
+                                     'self.pe = nn.Parameter(pe.float().unsqueeze(0))'),
+        },
+        "right": {
+            "power_form": '''class PositionalEncoding(nn.Module):
+    """x + sinusoidal PE."""
+
+    def __init__(self, d_model, max_len=512):
+        """The fixed table as a buffer."""
+        super().__init__()
+        pos = torch.arange(max_len).float()[:, None]
+        i = torch.arange(0, d_model, 2).float()
+        div = 10000.0 ** (i / d_model)
+        pe = torch.zeros(1, max_len, d_model)
+        pe[0, :, 0::2] = torch.sin(pos / div)
+        pe[0, :, 1::2] = torch.cos(pos / div)[:, : d_model // 2]
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        """Add the first S rows."""
+        return x + self.pe[:, : x.size(1)]
+''',
+        },
+    },
+    "EncoderBlock": {
+        "wrong": {
+            "post_norm": ("h = self.norm1(x)\n", "h = x\n"),
+            "relu_not_gelu": ("nn.GELU(),", "nn.ReLU(),"),
+            "no_residual_on_ff": ("x = x + self.dropout(self.ff(self.norm2(x)))", "x = self.dropout(self.ff(self.norm2(x)))"),
+        },
+        "right": {
+            "no_ff_dropout": '''class EncoderBlock(nn.Module):
+    """Pre-norm encoder block."""
+
+    def __init__(self, d_model, num_heads, ff_dim=None, dropout=0.1):
+        """Attention, two norms, a GELU feed-forward."""
+        super().__init__()
+        ff_dim = ff_dim if ff_dim is not None else 4 * d_model
+        self.attn = nn.MultiheadAttention(d_model, num_heads, dropout=dropout, batch_first=True)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, ff_dim), nn.GELU(), nn.Linear(ff_dim, d_model))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, need_weights=False):
+        """Two residual sub-layers."""
+        y = self.norm1(x)
+        a, w = self.attn(y, y, y, need_weights=need_weights, average_attn_weights=False)
+        x = x + self.dropout(a)
+        return x + self.dropout(self.ff(self.norm2(x))), w
+''',
+        },
+    },
+    "make_memory_dataset": {
+        "wrong": {
+            "marker_at_the_end": ("X[:, 0, 0] = marker", "X[:, -1, 0] = marker"),
+            "labels_inverted": ("y = (marker > 0).float().unsqueeze(1)", "y = (marker < 0).float().unsqueeze(1)"),
+        },
+        "right": {
+            "uniform_then_sign": '''def make_memory_dataset(n_samples, seq_len, seed=0):
+    """Noise in [-1, 1] with a +-1 marker first; the label is the marker's sign."""
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.empty(n_samples, seq_len, 1).uniform_(-1, 1, generator=gen)
+    sign = torch.where(torch.rand(n_samples, generator=gen) < 0.5, -1.0, 1.0)
+    X[:, 0, 0] = sign
+    return X, (sign > 0).float()[:, None]
+''',
+        },
+    },
+    "TransformerClassifier": {
+        "wrong": {
+            "reads_last_position": ("logits = self.head(self.norm(h)[:, 0])", "logits = self.head(self.norm(h)[:, -1])"),
+            "no_positional_encoding": ("h = self.pos_enc(torch.cat([cls, h], dim=1))", "h = torch.cat([cls, h], dim=1)"),
+        },
+        "right": {
+            "cls_appended_by_repeat": None,  # filled below: the reference with a different but equal CLS expansion
+        },
+    },
+}
+PLANTED["TransformerClassifier"]["right"]["cls_appended_by_repeat"] = (
+    "cls = self.cls_token.expand(B, -1, -1)", "cls = self.cls_token.repeat(B, 1, 1)")

@@ -1,0 +1,157 @@
+"""Meta-tests of the grader: the solution scores 100%, the stubs 0, planted mistakes lose points where they are."""
+import importlib
+import json
+
+import nbformat
+import pytest
+
+from autograder.build import item_cell
+from autograder.config import load_course
+from autograder.engine import grade_notebook
+from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.notebook import names_used
+from autograder.report import item_summary
+
+pytestmark = pytest.mark.grading
+COURSE = load_course()
+AIDS = list(COURSE.assignments)
+
+
+def write(nb, path):
+    nbformat.write(nb, path)
+    return path
+
+
+def scores(result):
+    return {item: (s, m) for item, (s, m, _) in item_summary(result).items()}
+
+
+def planted(aid):
+    try:
+        return importlib.import_module(f"tests.planted.{aid}").PLANTED
+    except ModuleNotFoundError:
+        return {}  # test_every_item_has_planted_mistakes_and_a_correct_alternative reports it
+
+
+def variant_source(aid, item, variant):
+    """A planted variant's cell: an (old, new) edit of the reference cell, or a whole cell."""
+    if isinstance(variant, tuple):
+        source = item_cell(aid, item, solved=True)
+        assert variant[0] in source, f"{aid}.{item}: planted edit {variant[0]!r} no longer matches the reference"
+        return source.replace(variant[0], variant[1], 1)
+    return variant
+
+
+def dependents(aid):
+    """item -> the items whose reference code uses it, directly or through others."""
+    items = list(COURSE.assignment(aid).items)
+    uses = {i: (names_used(item_cell(aid, i, solved=True)) or set()) & set(items) - {i} for i in items}
+    closure = {}
+    for item in items:
+        found, frontier = set(), {item}
+        while frontier:
+            frontier = {j for j in items if uses[j] & frontier} - found
+            found |= frontier
+        closure[item] = found
+    return closure
+
+
+def rounds(aid):
+    """Planted wrong variants packed into rounds whose items neither share nor feed each other's dependents."""
+    deps = dependents(aid)
+    pending = [(item, name, v) for item, spec in planted(aid).items() for name, v in spec["wrong"].items()]
+    out = []
+    while pending:
+        taken, reach, rest = [], set(), []
+        for item, name, v in pending:
+            mine = {item} | deps[item]
+            if mine & reach or any(item == t[0] for t in taken):
+                rest.append((item, name, v))
+            else:
+                taken.append((item, name, v))
+                reach |= mine
+        out.append(taken)
+        pending = rest
+    return out
+
+
+@pytest.fixture(scope="session")
+def graded_solutions(tmp_path_factory):
+    """Each assignment's complete submission (release + reference bodies), graded once with experiments."""
+    folder = tmp_path_factory.mktemp("solutions")
+    out = {}
+    for aid in AIDS:
+        nb = with_cells(release_notebook(aid), solved_sources(aid))
+        out[aid] = grade_notebook(write(nb, folder / f"{aid}.ipynb"), aid, device="cpu")
+        print(f"\nsolution of {aid}: {out[aid]['score']}/{out[aid]['max_score']} in "
+              f"{out[aid]['extra_data']['seconds']} s")
+        for t in out[aid]["tests"]:
+            if "experiment" in t["name"]:
+                print(f"  {t['name']}: {t['output']}")
+    return out
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_reference_solution_scores_full_marks(graded_solutions, aid):
+    result = graded_solutions[aid]
+    lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]
+    assert not lost, "\n".join(lost)
+    assert result["max_score"] == COURSE.assignment(aid).total_points
+    assert result["score"] == result["max_score"]
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_untouched_release_scores_zero_with_a_reason_per_item(tmp_path, aid):
+    result = grade_notebook(write(release_notebook(aid), tmp_path / f"{aid}.ipynb"), aid, device="cpu")
+    assert result["score"] == 0
+    assert result["max_score"] == COURSE.assignment(aid).total_points
+    for t in result["tests"]:
+        assert "not implemented" in t["output"] or "not run" in t["output"], t
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_every_item_has_planted_mistakes_and_a_correct_alternative(aid):
+    spec = planted(aid)
+    for item in COURSE.assignment(aid).items:
+        assert len(spec.get(item, {}).get("wrong", {})) >= 2, f"{aid}.{item}: needs two planted mistakes"
+        assert len(spec.get(item, {}).get("right", {})) >= 1, f"{aid}.{item}: needs a correct alternative"
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_correct_alternatives_keep_full_marks(tmp_path, aid):
+    """All alternatives at once: correct code composes, so every item must still score in full."""
+    sources = solved_sources(aid)
+    for item, spec in planted(aid).items():
+        name, variant = next(iter(spec["right"].items()))
+        sources[item] = variant_source(aid, item, variant)
+    nb = with_cells(release_notebook(aid), sources)
+    result = grade_notebook(write(nb, tmp_path / f"{aid}.ipynb"), aid, device="cpu", experiments=False)
+    lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]
+    assert not lost, "\n".join(lost)
+
+
+ROUNDS = [(aid, k) for aid in AIDS for k in range(len(rounds(aid)))]
+
+
+@pytest.mark.parametrize("aid, k", ROUNDS, ids=[f"{a}-round{k}" for a, k in ROUNDS])
+def test_planted_mistakes_lose_points_on_their_item_only(tmp_path, aid, k):
+    """Each planted item loses points with a message naming the case; items it does not feed keep theirs."""
+    batch = rounds(aid)[k]
+    deps = dependents(aid)
+    sources = solved_sources(aid)
+    for item, name, variant in batch:
+        sources[item] = variant_source(aid, item, variant)
+    nb = with_cells(release_notebook(aid), sources)
+    result = grade_notebook(write(nb, tmp_path / f"{aid}.ipynb"), aid, device="cpu", experiments=False)
+    got = scores(result)
+    reach = set().union(*({i} | deps[i] for i, _, _ in batch))
+    report = []
+    for item, name, _ in batch:
+        score, max_score = got[item]
+        failing = [t for t in result["tests"] if t["item"] == item and t["score"] < t["max_score"]]
+        report.append(f"{item}/{name}: {score}/{max_score} " + " | ".join(t["output"][:160] for t in failing))
+        assert score < max_score, f"planted mistake {item}/{name} kept full marks"
+        assert all(t["output"] and t["output"] != "ok" for t in failing)
+    untouched = {i: s for i, s in got.items() if i not in reach and s[0] < s[1]}
+    assert not untouched, f"items with no planted mistake lost points: {untouched}"
+    print("\n" + "\n".join(report))
