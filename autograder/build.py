@@ -3,6 +3,7 @@ import ast
 import importlib
 import inspect
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -90,6 +91,11 @@ def sync(aid, write=True):
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         gid = meta.get("grade_id", "")
+        if gid.startswith("answer_") and cell.cell_type == "markdown" and not (
+                meta.get("grade") and meta.get("solution") and meta.get("points") == 0):
+            # nbgrader wants written answers to be manually graded cells: worth 0 points, read by TAs
+            meta.update(grade=True, solution=True, points=0, locked=False)
+            changed.append(gid)
         if gid.startswith("test_") and gid[5:] in assignment.items:
             points = assignment.item_points(gid[5:])
             if meta.get("points") != points:
@@ -134,6 +140,13 @@ c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplemente
 """
 
 
+def run_nbgrader(args, cwd):
+    """`nbgrader ARGS` with this environment's tools on PATH (nbgrader shells out to alembic)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
 def generate(aids, out_root):
     """nbgrader generate_assignment on the source notebooks, in a scratch course folder; returns its release/."""
     work = Path(tempfile.mkdtemp(prefix="course-release-"))
@@ -141,8 +154,7 @@ def generate(aids, out_root):
     for aid in aids:
         (work / "source" / aid).mkdir(parents=True)
         shutil.copy(notebook_path(aid), work / "source" / aid / f"{aid}.ipynb")
-        proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", aid, "--force",
-                               "--log-level=WARN"], cwd=work, capture_output=True, text=True)
+        proc = run_nbgrader(["generate_assignment", aid, "--force"], cwd=work)
         if proc.returncode != 0:
             raise ReleaseError(f"nbgrader generate_assignment {aid} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     for aid in aids:
@@ -169,15 +181,18 @@ def release(aids=None, out_root=None):
 
 
 def solution_lines(aid):
-    """Every significant line of every graded item's reference body (what must never be released)."""
+    """Significant lines of the reference bodies that the source notebook does not show anywhere else."""
     assignment = load_course().assignment(aid)
+    source = nbformat.read(notebook_path(aid), as_version=4)
+    public = {line.strip() for cell in source.cells if nbgrader_meta(cell).get("grade_id") not in assignment.items
+              for line in cell.source.splitlines()}
     lines = set()
     for item in assignment.items:
         solved = item_cell(aid, item, solved=True).splitlines()
         stub = set(item_cell(aid, item, solved=False).splitlines())
         for line in solved:
             text = line.strip()
-            if line not in stub and len(text) >= 12 and not text.startswith("#"):
+            if line not in stub and len(text) >= 12 and not text.startswith("#") and text not in public:
                 lines.add(text)
     return lines
 

@@ -17,7 +17,7 @@ import autograder
 from autograder.checks import Fail, check_signature
 from autograder.config import CHECK_ORDER, ROOT, load_course
 from autograder.experiments import harness, reference_parts, resolve_device
-from autograder.notebook import load_student_code, names_used
+from autograder.notebook import Cell, load_student_code, names_used
 from autograder.sandbox import Remote, Sandbox, SandboxFailure, StudentRaised, encode
 
 CACHE = ROOT / ".grader" / "cache"
@@ -149,14 +149,20 @@ def harness_sources(aid):
     return {aid: inspect.getsource(harness(aid))}
 
 
-def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, experiments=True):
-    """results.json for one notebook (a dict), never raising for anything the submission did."""
+def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, experiments=True, limits=None):
+    """results.json for one notebook (a dict), never raising for anything the submission did.
+
+    `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}).
+    """
     course = load_course()
+    if limits:
+        course = course.model_copy(update={"limits": course.limits.model_copy(update=limits)})
     assignment = course.assignment(aid)
     device = resolve_device(device if device != "auto" else course.device)
     wanted = [i for i in assignment.items if items is None or i in items]
     t0 = time.monotonic()
     code = load_student_code(path, list(assignment.items))
+    restore_setup_cells(code, aid)
     notes = list(code.notes)
     outcomes, sandbox, isolated = [], None, None
     if not code.error:
@@ -178,7 +184,7 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
             outcomes += grade_item(course, assignment, item, code, sandbox, suite, ref, device, experiments)
     finally:
         if sandbox is not None:
-            notes += [f"setup cell '{g}' raised {e}" for g, e in sandbox.load_errors.items()
+            notes += [f"setup cell '{g}' {e}" for g, e in sandbox.load_errors.items()
                       if g.startswith("setup_")]
             sandbox.close()
     tests = [o.as_test() for o in outcomes]
@@ -197,6 +203,25 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
     }
 
 
+def restore_setup_cells(code, aid):
+    """Setup cells are locked: grade with the released version of each, whatever the submission did to them."""
+    released = ROOT / "release" / aid / f"{aid}.ipynb"
+    if code.error or not released.exists():
+        return
+    trusted = {c.grade_id: c.source for c in load_student_code(released, []).cells}
+    for cell in code.cells:
+        if cell.grade_id in trusted and cell.source != trusted[cell.grade_id]:
+            code.notes.append(f"setup cell '{cell.grade_id}' was changed in the submission; the released version was used")
+            cell.source = trusted[cell.grade_id]
+    present = {c.grade_id for c in code.cells}
+    missing = [Cell(gid, source, -1) for gid, source in trusted.items() if gid not in present]
+    for cell in missing:
+        code.notes.append(f"setup cell '{cell.grade_id}' was missing from the submission; the released version was used")
+    code.cells = missing + code.cells
+    # a cell posing as a setup cell that the release does not have is the student's code, not setup
+    code.cells = [c for c in code.cells if not c.grade_id.startswith("setup_") or c.grade_id in trusted]
+
+
 def grade_item(course, assignment, item, code, sandbox, suite, ref, device, experiments=True):
     """Every check of one item, in the configured order, then the experiments it trains."""
     aid, spec = assignment.id, assignment.items[item]
@@ -207,7 +232,7 @@ def grade_item(course, assignment, item, code, sandbox, suite, ref, device, expe
     if not problem and sandbox is not None:
         err = sandbox.load_errors.get(item)
         if err:
-            problem = f"its cell raised {err}"
+            problem = f"its cell {err}"
     from_scratch_hit = scratch_violation(item, spec, code.source_of(item))
     deadline = time.monotonic() + limits.item_seconds
     for outcome in outcomes:
@@ -237,10 +262,16 @@ def grade_item(course, assignment, item, code, sandbox, suite, ref, device, expe
             outcome.output = "ok" if outcome.kind != "exists" else f"'{item}' exists with signature {spec.signature}"
         except Fail as e:
             outcome.output = str(e) + (f" (case: {student.label})" if student.label and student.label not in str(e) else "")
+            if outcome.kind == "exists":
+                problem = f"'{item}' does not match the spec: {e}"
         except StudentRaised as e:
             msg = str(e)
             outcome.not_implemented = msg.startswith(NOT_IMPLEMENTED)
             outcome.output = f"'{item}' raised {msg}" + (f" on case: {student.label}" if student.label else "")
+        except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RuntimeError) as e:
+            # what came back has the wrong structure for the check (say, a tensor where a pair was due)
+            outcome.output = (f"'{item}' returned something this check cannot use ({type(e).__name__}: "
+                              f"{str(e)[:150]})" + (f" on case: {student.label}" if student.label else ""))
         except SandboxFailure as e:
             outcome.output = f"'{item}' {e}" + (f" on case: {student.label}" if student.label else "")
             problem = f"an earlier check {e.kind}: {e}" if e.kind in ("timeout", "memory") else ""

@@ -23,6 +23,7 @@ from autograder.config import ROOT
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 UID_BASE, UID_SPAN = 200000, 50000
+STARTUP_SECONDS = 300  # the process importing torch before any student code runs: not the student's time
 
 
 class SandboxFailure(Exception):
@@ -181,12 +182,12 @@ class Sandbox:
         self.proc, self.req, self.resp_fd, self.buf = pid, os.fdopen(req_w, "w"), resp_r, b""
         self.tap = OutputTap(out_r, self.limits.output_kb * 1024)
         self.tap.start()
-        hello = self._read(self.limits.setup_seconds)
+        hello = self._read(STARTUP_SECONDS)
         if "fatal" in hello:
             self.kill()
             raise SandboxFailure("sandbox", hello["fatal"])
         for module, source in self.harness_sources.items():
-            self.request("harness", self.limits.setup_seconds, module=module, source=source)
+            self.request("harness", STARTUP_SECONDS, module=module, source=source)
         self._load_cells()
 
     def _load_cells(self):
@@ -199,13 +200,13 @@ class Sandbox:
             if self.current_cell is None:
                 raise
             self.skip.add(self.current_cell)
-            self.load_errors[self.current_cell] = f"{e} while running this cell"
+            self.load_errors[self.current_cell] = f"{e} when the notebook's cells were run"
             self.kill()
             self.start()
             return
         for grade_id, error in out["cells"]:
             if error:
-                self.load_errors.setdefault(grade_id, error)
+                self.load_errors.setdefault(grade_id, f"raised {error}")
         self.load_output = self.tap.take()
 
     def ensure(self):

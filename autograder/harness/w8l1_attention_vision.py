@@ -362,6 +362,18 @@ def evaluate_seq2seq(model, ref, cfg, seed, device):
     return metrics
 
 
+@torch.no_grad()
+def _mean_entropy(model, L, seed, device):
+    """Mean entropy (nats) of the attention weights over greedy decoding of the length-L test set."""
+    seen = []
+    model.alpha_fn = lambda alpha, t: seen.append(alpha) or alpha          # record, change nothing
+    x, _, lens = _test_set(L, seed, device)
+    model.greedy(x, lens, L)
+    model.alpha_fn = None
+    A = torch.stack(seen, 1)                                                # (B, L_out, L_in)
+    return -(A * A.clamp(min=1e-12).log()).sum(-1).mean().item()
+
+
 def evaluate_modes(model, ref, cfg, seed, device):
     """Hard attention at test time; local windows of half-width D at the argmax and at p_t = t."""
     model.eval()
@@ -379,6 +391,7 @@ def evaluate_modes(model, ref, cfg, seed, device):
         at_diagonal[D] = accuracy_by_length(model, [MODE_L], seed, device)[MODE_L]
     model.alpha_fn = None
     return {"hard_drop": float(np.mean([soft[L] - hard[L] for L in MODE_LENGTHS])),
+            "entropy_L12": _mean_entropy(model, MODE_L, seed, device),
             "local_argmax_gap": max(abs(g - at_argmax[D]) for D in range(1, MODE_L)),
             f"local_diagonal_gap_D{D_DIAGONAL}": g - at_diagonal[D_DIAGONAL],
             "global_acc_L12": g, "hard_acc_L12": hard[MODE_L],

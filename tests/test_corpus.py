@@ -1,0 +1,304 @@
+"""The corpus: broken and hostile submissions get exactly the score their correct code earns, and a reason.
+
+Every case is a real notebook made from the lab14 release with every item solved, then one thing done to it.
+`lost` says exactly which points the case must lose (item -> points); everything else must keep full marks.
+Limits are shortened for the corpus (item 6 s, setup 8 s) so that hangs cost seconds, not minutes.
+"""
+import copy
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.build import item_cell
+from autograder.config import ROOT, load_course
+from autograder.engine import grade_notebook
+from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.notebook import nbgrader_meta
+from autograder.report import item_summary
+from autograder.sandbox import can_isolate
+
+pytestmark = pytest.mark.grading
+AID = "lab14_transformers"
+POINTS = {i: sum(p.points.values()) for i, p in load_course().assignment(AID).items.items()}
+LIMITS = {"item_seconds": 6, "setup_seconds": 8}
+SDPA, MMD, PE = "scaled_dot_product_attention", "make_memory_dataset", "PositionalEncoding"
+
+
+def cell_of(nb, gid):
+    return next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == gid)
+
+
+def solved():
+    return with_cells(release_notebook(AID), solved_sources(AID))
+
+
+def replace(gid, old, new):
+    """Edit the solved cell `gid`."""
+    def edit(nb, folder):
+        cell = cell_of(nb, gid)
+        assert old in cell.source, f"{gid}: {old!r} not in the reference cell"
+        cell.source = cell.source.replace(old, new, 1)
+    return edit
+
+
+def append(gid, code):
+    def edit(nb, folder):
+        cell_of(nb, gid).source += "\n" + code + "\n"
+    return edit
+
+
+def prepend_body(gid, code):
+    """Insert `code` as the first statement of the function body (after the docstring)."""
+    def edit(nb, folder):
+        cell = cell_of(nb, gid)
+        lines = cell.source.splitlines()
+        k = next(i for i, l in enumerate(lines) if l.strip().startswith("### BEGIN SOLUTION"))
+        indent = lines[k][: len(lines[k]) - len(lines[k].lstrip())]
+        lines[k + 1:k + 1] = [indent + line for line in code.splitlines()]
+        cell.source = "\n".join(lines)
+    return edit
+
+
+def new_cell(code, at=None, meta=None):
+    def edit(nb, folder):
+        cell = nbformat.v4.new_code_cell(code, metadata=meta or {})
+        nb.cells.insert(len(nb.cells) if at is None else at, cell)
+    return edit
+
+
+def whole(fn):
+    return lambda nb, folder: fn(nb, folder)
+
+
+def delete(gid):
+    def edit(nb, folder):
+        nb.cells.remove(cell_of(nb, gid))
+    return edit
+
+
+def duplicate(gid, first_source, keep_order=True):
+    def edit(nb, folder):
+        cell = cell_of(nb, gid)
+        twin = copy.deepcopy(cell)
+        twin.source = first_source
+        twin.id = cell.id + "-twin"
+        nb.cells.insert(nb.cells.index(cell), twin)
+    return edit
+
+
+def move_to_end(gid):
+    def edit(nb, folder):
+        cell = cell_of(nb, gid)
+        nb.cells.remove(cell)
+        nb.cells.append(cell)
+    return edit
+
+
+def rename_grade_id(gid, new):
+    def edit(nb, folder):
+        cell_of(nb, gid).metadata["nbgrader"]["grade_id"] = new
+    return edit
+
+
+def to_markdown(gid):
+    def edit(nb, folder):
+        cell = cell_of(nb, gid)
+        cell.cell_type = "markdown"
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
+    return edit
+
+
+def kernelspec(nb, folder):
+    nb.metadata["kernelspec"] = {"name": "conda-env-dl-py", "display_name": "Python [conda env:dl]", "language": "python"}
+
+
+def ship_pickle(nb, folder):
+    import pickle
+    payload = b"cos\nsystem\n(S'touch /tmp/pwned-by-corpus'\ntR."  # the classic pickle that runs a command
+    (folder / "results.pkl").write_bytes(payload)
+    (folder / "model.pt").write_bytes(payload)
+    assert pickle  # (never unpickled here either)
+
+
+WRONG_SDPA = ("/ math.sqrt(d_k)", "")
+WRONG_LOST = {SDPA: 3, "manual_multihead": 2}  # values and gradients; manual_multihead uses the same attention
+SOLUTIONS = ROOT / "solutions" / f"{AID}.py"
+SUITE = ROOT / "autograder" / "suites" / f"{AID}.py"
+
+
+def case(name, edit, lost=None, message=None, note=None, file_name=None, experiments=False, isolated=False):
+    marks = [pytest.mark.skipif(not can_isolate(), reason="needs the sandbox's isolation (root on Linux)")] \
+        if isolated else []
+    return pytest.param(edit, lost or {}, message, note, file_name, experiments, id=name, marks=marks)
+
+
+CORPUS = [
+    # --- broken -----------------------------------------------------------------------------------
+    case("syntax_error_in_graded_cell", replace(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):",
+                                                "def make_memory_dataset(n_samples, seq_len, seed=0)"),
+         {MMD: 4}, r"make_memory_dataset: exists.*SyntaxError"),
+    case("exception_at_definition", append(MMD, "raise RuntimeError('half-finished cell')"),
+         {MMD: 4}, r"its cell raised RuntimeError: half-finished cell"),
+    case("exception_at_call_time", prepend_body(MMD, "raise ValueError('seq_len must be even')"),
+         {MMD: 3}, r"'make_memory_dataset' raised ValueError: seq_len must be even \(cell make_memory_dataset, line \d+\)"),
+    case("graded_cell_deleted", delete(MMD), {MMD: 4}, r"no cell with grade_id 'make_memory_dataset'"),
+    case("graded_cell_duplicated_later_wins", duplicate(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):\n"
+                                                        "    return None\n"),
+         {}, None, note=r"'make_memory_dataset' appears in cells \d+ and \d+; the later one is graded"),
+    case("graded_cell_moved_to_the_end", move_to_end(MMD), {}),
+    case("graded_cell_renamed", rename_grade_id(MMD, "my_dataset"), {MMD: 4}, r"no cell with grade_id"),
+    case("graded_cell_turned_into_markdown", to_markdown(MMD), {MMD: 4}, r"is a markdown cell, not a code cell"),
+    case("notebook_renamed", lambda nb, folder: None, {}, file_name="Lab14 (final) copy.ipynb"),
+    case("kernelspec_from_another_machine", kernelspec, {}),
+    case("wrong_signature", replace(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):",
+                                    "def make_memory_dataset(n, seq_len, seed=0):"),
+         {MMD: 4}, r"has parameters \(n, seq_len, seed\), expected \(n_samples, seq_len, seed=0\)"),
+    case("wrong_return_type", replace(MMD, "    return X, y", "    return torch.cat([X[:, :, 0], y], 1)"),
+         {MMD: 3}, r"'make_memory_dataset' returned a tensor of shape \(50, 13\), expected a tuple of 2"),
+    case("wrong_shape", replace(MMD, "    return X, y", "    return X.squeeze(-1), y"),
+         {MMD: 3}, r"'X' has shape \(50, 12\), expected \(50, 12, 1\)"),
+    case("wrong_dtype", replace(MMD, "    return X, y", "    return X.double(), y.long()"),
+         {MMD: 1}, r"'X' has dtype float64, expected float32"),
+    case("nan_output", replace(SDPA, "return weights @ V, weights  # (..., S_q, d_v)",
+                               "return (weights @ V) * float('nan'), weights  # (..., S_q, d_v)"),
+         {SDPA: 3}, r"'out' has a non-finite value \(nan\)"),
+    case("inf_output", replace("manual_multihead", "return mha.out_proj(out), weights",
+                               "return mha.out_proj(out) / 0.0, weights"),
+         {"manual_multihead": 2}, r"non-finite value \(-?inf\)"),
+    case("cuda_only_code_on_a_cpu_grader", replace(MMD, "    return X, y", "    return X.cuda(), y.cuda()"),
+         {MMD: 3}, r"raised (RuntimeError|AssertionError).*(CUDA|NVIDIA|cuda)"),
+    case("allocates_500_mb_and_is_right", prepend_body(MMD, "_waste = torch.ones(125_000_000)"), {}),
+    case("allocates_8_gb", prepend_body(MMD, "_hog = [torch.ones(2**28) for _ in range(8)]"),
+         {MMD: 3}, r"memory limit"),
+    case("prints_100_mb", prepend_body(MMD, "for _ in range(100):\n    print('x' * 1_000_000)"), {}),
+    case("waits_for_input_in_a_graded_item", prepend_body(MMD, "answer = input('seed? ')"),
+         {MMD: 3}, r"EOFError"),
+    case("input_in_a_demo_cell", new_cell("name = input('your name: ')\nprint(name)"), {}),
+    case("infinite_loop_in_a_graded_item", prepend_body(MMD, "while True:\n    pass"),
+         {MMD: 3}, r"time limit"),
+    case("infinite_loop_at_definition", append(MMD, "while True:\n    pass"),
+         {MMD: 4}, r"time limit"),
+    case("long_sleep_in_a_setup_cell", whole(lambda nb, f: setattr(
+        next(c for c in nb.cells if nbgrader_meta(c).get("grade_id", "").startswith("setup_")), "source",
+        "import time\ntime.sleep(3600)")), {}, note=r"was changed in the submission; the released version was used"),
+    case("sys_exit_in_a_graded_cell", append(MMD, "import sys\nsys.exit(0)"), {MMD: 4}, r"SystemExit"),
+    case("os_exit_in_a_graded_item", prepend_body(MMD, "import os\nos._exit(1)"),
+         {MMD: 3}, r"process ended \(exit code 1\)"),
+    case("segfault_in_a_graded_item", prepend_body(MMD, "import ctypes\nctypes.string_at(0)"),
+         {MMD: 3}, r"process ended \(killed by signal SIGSEGV\)"),
+    case("unbounded_recursion", prepend_body(MMD, "def f(n):\n    return f(n + 1)\nf(0)"),
+         {MMD: 3}, r"RecursionError"),
+    # --- hostile ----------------------------------------------------------------------------------
+    case("patched_torch_allclose", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        append(SDPA, "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True")(nb, f)),
+         WRONG_LOST, r"max \|out - F.scaled_dot_product_attention\|"),
+    case("patched_torch_testing_and_numpy_testing", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        append(SDPA, "import torch.testing, numpy.testing\ntorch.testing.assert_close = lambda *a, **k: None\n"
+                     "numpy.testing.assert_allclose = lambda *a, **k: None")(nb, f)),
+         WRONG_LOST, r"max \|out"),
+    case("patched_pytest_and_unittest", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        append(SDPA, "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+                     "try:\n    import pytest\n    pytest.approx = lambda *a, **k: a[0]\nexcept ImportError:\n    pass")(nb, f)),
+         WRONG_LOST, r"max \|out"),
+    case("patched_builtins", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        append(SDPA, "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.abs = lambda x: 0\n"
+                     "builtins.max = lambda *a, **k: 0")(nb, f)),
+         WRONG_LOST, r"max \|out"),
+    case("fake_grader_module_in_sys_modules", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        append(SDPA, "import sys, types\nfake = types.ModuleType('autograder')\nfake.grade_notebook = lambda *a, **k: "
+                     "{'score': 100}\nfor name in ('autograder', 'autograder.engine', 'autograder.checks', 'nbgrader',"
+                     " 'otter', 'gradescope_utils'):\n    sys.modules[name] = fake")(nb, f)),
+         WRONG_LOST, r"max \|out"),
+    case("hard_coded_public_check_outputs", replace(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):",
+                                                    "def make_memory_dataset(n_samples, seq_len, seed=0):\n"
+                                                    "    if seed != 0:\n"
+                                                    "        return torch.zeros(n_samples, seq_len, 1), torch.zeros(n_samples, 1)"),
+         {MMD: 2}, r"X\[:, 0, 0\] must be the \+-1 marker"),
+    case("calls_the_oracle_in_a_from_scratch_item", replace(
+        SDPA, "    d_k = Q.size(-1)\n",
+        "    d_k = Q.size(-1)\n    if mask is None:\n        out = F.scaled_dot_product_attention(Q, K, V)\n"
+        "        return out, torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), -1)\n"),
+         {SDPA: 3}, r"uses scaled_dot_product_attention; this item is written from scratch"),
+    case("calls_the_oracle_through_getattr", replace(
+        SDPA, "    d_k = Q.size(-1)\n",
+        "    d_k = Q.size(-1)\n    if mask is None:\n        out = getattr(F, 'scaled_dot_' + 'product_attention')(Q, K, V)\n"
+        "        return out, torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), -1)\n"),
+         {SDPA: 3}, r"uses scaled_dot_product_attention"),
+    case("reads_the_solutions_from_disk", prepend_body(
+        MMD, f"ns = {{}}\nexec(open({str(SOLUTIONS)!r}).read(), ns)\nreturn ns['make_memory_dataset'](n_samples, seq_len, seed)"),
+         {MMD: 3}, r"(FileNotFoundError|No such file|PermissionError)", isolated=True),
+    case("reads_the_hidden_suite_and_prints_it", prepend_body(MMD, f"print(open({str(SUITE)!r}).read())"),
+         {MMD: 3}, r"(FileNotFoundError|No such file|PermissionError)", isolated=True),
+    case("reads_another_students_submission", prepend_body(
+        MMD, "import glob\nfor p in glob.glob('../**/*.ipynb', recursive=True) + glob.glob('/tmp/**/*.ipynb', recursive=True):\n"
+             "    open(p).read()\n    raise RuntimeError('read ' + p)"), {}, isolated=True),
+    case("writes_gradebook_results_and_release", prepend_body(
+        MMD, "for p in [" + repr(str(ROOT / ".nbgrader" / "gradebook.db")) + ", " + repr(str(ROOT / "release" / "x.txt"))
+             + ", " + repr(str(ROOT / ".grader" / "cache" / "x.json")) + "]:\n    try:\n        open(p, 'w').write('100')\n"
+             "    except OSError:\n        pass"), {}, isolated=True),
+    case("spawns_a_background_process", append(MMD, "import subprocess\n_p = subprocess.Popen(['sleep', '600'], "
+                                                     "start_new_session=True)"), {}, isolated=True),
+    case("opens_a_network_socket", prepend_body(
+        MMD, "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)"), {MMD: 3},
+         r"(OSError|Network is unreachable|timed out|gaierror)", isolated=True),
+    case("tries_to_kill_the_grader", prepend_body(MMD, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"),
+         {MMD: 3}, r"PermissionError|Operation not permitted", isolated=True),
+    case("writes_junk_to_the_grader_channel", prepend_body(
+        MMD, "import os\nfor fd in range(3, 12):\n    try:\n        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
+             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised"),
+    case("forged_score_in_a_test_cell", lambda nb, f: setattr(cell_of(nb, "test_" + MMD), "source", "100.0"), {}),
+    case("prints_a_fake_score", prepend_body(MMD, "print('Score: 100/100\\n{\"score\": 100}')"), {}),
+    case("ships_a_pickle_next_to_the_notebook", ship_pickle, {}),
+    case("loads_the_shipped_pickle", lambda nb, f: (ship_pickle(nb, f), prepend_body(
+        MMD, "return torch.load('model.pt', weights_only=False)")(nb, f)),
+         {MMD: 3}, r"(FileNotFoundError|No such file|UnpicklingError)", isolated=True),
+    case("mutates_the_grader_inputs_in_place", replace(SDPA, "    d_k = Q.size(-1)\n",
+                                                       "    d_k = Q.size(-1)\n    Q.data.zero_()\n"),
+         {SDPA: 3, "manual_multihead": 2}, r"max \|out"),
+]
+
+
+def _cmdline(proc):
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("edit, lost, message, note, file_name, experiments", CORPUS)
+def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    nb = solved()
+    edit(nb, folder)
+    path = folder / (file_name or f"{AID}.ipynb")
+    nbformat.write(nb, path)
+    t0 = time.monotonic()
+    result = grade_notebook(path, AID, device="cpu", experiments=experiments, limits=LIMITS)
+    got = {item: (score, max_score) for item, (score, max_score, _) in item_summary(result).items()}
+    expected = {item: POINTS[item] - lost.get(item, 0) for item in POINTS}
+    assert {i: s for i, (s, _) in got.items()} == expected, json.dumps(
+        [(t["name"], t["score"], t["output"][:200]) for t in result["tests"] if t["score"] < t["max_score"]], indent=1)
+    text = "\n".join(f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"])
+    if message:
+        assert re.search(message, text), text
+    if note:
+        assert re.search(note, result["output"]), result["output"]
+    for secret in ("### BEGIN", "CHECKS.check", "import solutions", "def sdpa_values"):
+        assert secret not in text and secret not in result["output"]
+    assert all(len(t["output"]) < 2000 for t in result["tests"]), "feedback must stay short"
+    assert not Path("/tmp/pwned-by-corpus").exists()
+    assert not (ROOT / "release" / "x.txt").exists() and not (ROOT / ".grader" / "cache" / "x.json").exists()
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 600"], \
+        "a process the submission started outlived its grading"
+    assert time.monotonic() - t0 < 120
