@@ -99,6 +99,17 @@ class StudentError(Exception):
     pass
 
 
+import builtins  # noqa: E402
+_BUILTINS = dict(builtins.__dict__)
+
+
+def restore_builtins():
+    """Undo whatever the student's code did to builtins before the protocol's own code runs again."""
+    if builtins.__dict__ != _BUILTINS:
+        builtins.__dict__.clear()
+        builtins.__dict__.update(_BUILTINS)
+
+
 class Server:
     def __init__(self, req, resp, cfg):
         import torch
@@ -125,6 +136,7 @@ class Server:
             except StudentError as e:
                 self.send({"id": msg["id"], "ok": False, "error": str(e)})
             except BaseException as e:  # noqa: BLE001 -- student code may raise anything, SystemExit included
+                restore_builtins()
                 self.send({"id": msg["id"], "ok": False, "error": describe(e, student_frames_only=True)})
 
     def load_tensors(self, name):
@@ -204,8 +216,10 @@ class Server:
             t0 = time.perf_counter()
             try:
                 exec(compile(source, f"<cell {grade_id}>", "exec"), self.ns)
+                restore_builtins()
                 results.append([grade_id, ""])
             except BaseException as e:  # noqa: BLE001
+                restore_builtins()
                 results.append([grade_id, describe(e, student_frames_only=True)])
             sys.stdout.flush()
             sys.stderr.flush()
@@ -255,6 +269,7 @@ class Server:
                 if grad:
                     value = self.backward(value, args, grad, tensors)
         finally:
+            restore_builtins()
             for owner, attr, original in undo:
                 setattr(owner, attr, original)
         out = self.reply(value, msg)
@@ -281,7 +296,10 @@ class Server:
         args = self.decode({"list": msg.get("args", [])}, tensors)
         kwargs = self.decode({"dict": msg.get("kwargs", {})}, tensors)
         torch.manual_seed(msg.get("seed", 0))
-        obj = cls(*args, **kwargs)
+        try:
+            obj = cls(*args, **kwargs)
+        finally:
+            restore_builtins()
         if isinstance(obj, torch.nn.Module):
             obj = obj.to(msg.get("device", "cpu"))
         return self.reply(obj, msg)
@@ -355,7 +373,10 @@ class Server:
         data = {k: v.to(msg["device"]) for k, v in self.load_tensors(msg.get("file")).items()}
         torch.manual_seed(msg["seed"])
         model = spec["build"](parts, msg["cfg"], msg["seed"], msg["device"])
-        history = spec["train"](model, parts, data, msg["cfg"], msg["seed"])
+        try:
+            history = spec["train"](model, parts, data, msg["cfg"], msg["seed"])
+        finally:
+            restore_builtins()
         out = self.reply(list(model.state_dict().values()), msg)
         out["history"] = json.loads(json.dumps(history, default=float)) if history else {}
         return out

@@ -131,10 +131,12 @@ SOLUTIONS = ROOT / "solutions" / f"{AID}.py"
 SUITE = ROOT / "autograder" / "suites" / f"{AID}.py"
 
 
-def case(name, edit, lost=None, message=None, note=None, file_name=None, experiments=False, isolated=False):
+def case(name, edit, lost=None, message=None, note=None, file_name=None, experiments=False, isolated=False,
+         limits=None):
     marks = [pytest.mark.skipif(not can_isolate(), reason="needs the sandbox's isolation (root on Linux)")] \
         if isolated else []
-    return pytest.param(edit, lost or {}, message, note, file_name, experiments, id=name, marks=marks)
+    return pytest.param(edit, lost or {}, message, note, file_name, experiments, {**LIMITS, **(limits or {})},
+                        id=name, marks=marks)
 
 
 CORPUS = [
@@ -173,8 +175,8 @@ CORPUS = [
     case("cuda_only_code_on_a_cpu_grader", replace(MMD, "    return X, y", "    return X.cuda(), y.cuda()"),
          {MMD: 3}, r"raised (RuntimeError|AssertionError).*(CUDA|NVIDIA|cuda)"),
     case("allocates_500_mb_and_is_right", prepend_body(MMD, "_waste = torch.ones(125_000_000)"), {}),
-    case("allocates_8_gb", prepend_body(MMD, "_hog = [torch.ones(2**28) for _ in range(8)]"),
-         {MMD: 3}, r"memory limit"),
+    case("allocates_more_than_the_memory_limit", prepend_body(MMD, "_hog = [torch.ones(2**28) for _ in range(3)]"),
+         {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)", limits={"memory_mb": 1024, "item_seconds": 30}),
     case("prints_100_mb", prepend_body(MMD, "for _ in range(100):\n    print('x' * 1_000_000)"), {}),
     case("waits_for_input_in_a_graded_item", prepend_body(MMD, "answer = input('seed? ')"),
          {MMD: 3}, r"EOFError"),
@@ -254,7 +256,7 @@ CORPUS = [
     case("tries_to_kill_the_grader", prepend_body(MMD, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"),
          {MMD: 3}, r"PermissionError|Operation not permitted", isolated=True),
     case("writes_junk_to_the_grader_channel", prepend_body(
-        MMD, "import os\nfor fd in range(3, 12):\n    try:\n        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
+        MMD, "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
              "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised"),
     case("forged_score_in_a_test_cell", lambda nb, f: setattr(cell_of(nb, "test_" + MMD), "source", "100.0"), {}),
     case("prints_a_fake_score", prepend_body(MMD, "print('Score: 100/100\\n{\"score\": 100}')"), {}),
@@ -275,8 +277,8 @@ def _cmdline(proc):
         return ""
 
 
-@pytest.mark.parametrize("edit, lost, message, note, file_name, experiments", CORPUS)
-def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments):
+@pytest.mark.parametrize("edit, lost, message, note, file_name, experiments, limits", CORPUS)
+def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments, limits):
     folder = tmp_path / "student"
     folder.mkdir()
     nb = solved()
@@ -284,7 +286,7 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
     path = folder / (file_name or f"{AID}.ipynb")
     nbformat.write(nb, path)
     t0 = time.monotonic()
-    result = grade_notebook(path, AID, device="cpu", experiments=experiments, limits=LIMITS)
+    result = grade_notebook(path, AID, device="cpu", experiments=experiments, limits=limits)
     got = {item: (score, max_score) for item, (score, max_score, _) in item_summary(result).items()}
     expected = {item: POINTS[item] - lost.get(item, 0) for item in POINTS}
     assert {i: s for i, (s, _) in got.items()} == expected, json.dumps(

@@ -6,7 +6,6 @@ The glue models (the seq2seq decoder, the CNN of the spatial task) are lecture m
 
 Dimension names: B batch, T source positions, d state width, L annotation vectors (space-steps).
 """
-import math
 import time
 
 import numpy as np

@@ -1,0 +1,97 @@
+"""A real nbgrader round trip per assignment: generate, autograde three submissions, feedback, export.
+
+The course directory is a temporary copy configured by the repository's own nbgrader_config.py (with its
+folders moved into the temporary directory), so TAs' `nbgrader autograde` is exactly what runs here.
+"""
+import csv
+import random
+import re
+import shutil
+
+import nbformat
+import pytest
+
+from autograder.build import HIDDEN_BEGIN, run_nbgrader
+from autograder.config import ROOT, load_course
+from autograder.engine import grade_notebook
+from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.notebook import nbgrader_meta
+
+pytestmark = pytest.mark.grading
+COURSE = load_course()
+CONFIG = """
+exec(open({repo_config!r}).read())
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.db_url = "sqlite:///{root}/gradebook.db"
+c.TrustedGrade.device = "cpu"
+"""
+
+
+def half_done(aid):
+    """Some items right (those without a training experiment, to keep CI quick), one with a planted mistake."""
+    from tests.test_grading import planted, variant_source
+    assignment = COURSE.assignment(aid)
+    cheap = [i for i in assignment.items if not assignment.experiments_of(i)]
+    right = cheap[: max(2, len(cheap) // 2)]
+    sources = solved_sources(aid, right)
+    wrong_item = right[0]
+    name, variant = next(iter(planted(aid)[wrong_item]["wrong"].items()))
+    sources[wrong_item] = variant_source(aid, wrong_item, variant)
+    return with_cells(release_notebook(aid), sources), wrong_item
+
+
+def gradebook_scores(root, aid):
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root}/gradebook.db") as gb:
+        return {s.student.id: s.score for s in gb.find_assignment(aid).submissions}
+
+
+@pytest.mark.parametrize("aid", list(COURSE.assignments))
+def test_generate_autograde_feedback_export(tmp_path, aid):
+    root = tmp_path / "course"
+    (root / "source").mkdir(parents=True)
+    shutil.copytree(ROOT / "assignments" / aid, root / "source" / aid)
+    (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"), root=str(root)))
+    proc = run_nbgrader(["generate_assignment", aid, "--force"], root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    half, wrong_item = half_done(aid)
+    submissions = {"alice": with_cells(release_notebook(aid), solved_sources(aid)),
+                   "bob": release_notebook(aid),
+                   "carol": half}
+    for student, nb in submissions.items():
+        folder = root / "submitted" / student / aid
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{aid}.ipynb")
+    proc = run_nbgrader(["autograde", aid, "--force"], root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    total = COURSE.assignment(aid).total_points
+    course_grade = grade_notebook(root / "submitted" / "carol" / aid / f"{aid}.ipynb", aid, device="cpu")
+    scores = gradebook_scores(root, aid)
+    assert scores["alice"] == pytest.approx(total)
+    assert scores["bob"] == 0
+    assert scores["carol"] == pytest.approx(course_grade["score"])
+    assert 0 < scores["carol"] < total
+
+    proc = run_nbgrader(["generate_feedback", aid, "--force"], root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = (root / "feedback" / "carol" / aid / f"{aid}.html").read_text()
+    failing = [t for t in course_grade["tests"] if t["item"] == wrong_item and t["score"] < t["max_score"]]
+    assert failing, "the planted mistake must lose points"
+    first_line = failing[0]["output"].splitlines()[0]
+    assert re.sub(r"\s+", " ", first_line)[:40].replace("'", "&#39;") in re.sub(r"\s+", " ", html).replace("&#x27;", "&#39;")
+    assert HIDDEN_BEGIN not in html and "The hidden checks run outside" not in html
+    assert "import solutions" not in html and "CHECKS.check" not in html
+
+    proc = run_nbgrader(["export", "--to", str(tmp_path / "grades.csv")], root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
+    assert sorted(r["student_id"] for r in rows) == ["alice", "bob", "carol"]
+    by_student = {r["student_id"]: float(r["score"]) for r in rows}
+    assert by_student == pytest.approx(scores)
