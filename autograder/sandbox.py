@@ -10,6 +10,8 @@ import os
 import select
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -95,6 +97,53 @@ def rss_bytes(pids):
     return total
 
 
+def sandbox_env():
+    """The student's environment: nothing of the grader's but locale, threads and the visible GPUs."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
+                                                         "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                         "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    return env
+
+
+def _read_line(fd):
+    out = b""
+    while not out.endswith(b"\n"):
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        out += chunk
+    return out.decode(errors="replace")
+
+
+class Zygote:
+    """One process per grader that has imported torch and forks each sandbox from there (see sandbox_child)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.proc = None
+
+    def spawn(self, cfg, fds, status_r):
+        """Start a sandbox process with these pipe ends; returns its pid."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                ours, theirs = socket.socketpair()
+                self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno())],
+                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                             env=sandbox_env(), cwd="/")
+                theirs.close()
+                self.sock = ours
+            socket.send_fds(self.sock, [json.dumps(cfg).encode()], fds)
+        ready, _, _ = select.select([status_r], [], [], STARTUP_SECONDS)
+        line = _read_line(status_r) if ready else ""
+        if not line.strip().isdigit():
+            raise SandboxFailure("sandbox", "the sandbox process could not be started")
+        return int(line)
+
+
+ZYGOTE = Zygote()
+
+
 class OutputTap(threading.Thread):
     """Reads the student's stdout/stderr; keeps the first `limit` bytes and counts the rest."""
 
@@ -149,37 +198,13 @@ class Sandbox:
         if self.isolated:
             os.chown(self.scratch, self.uid, self.uid)
         os.chmod(self.scratch, 0o700)
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
-        out_r, out_w = os.pipe()
-        cfg = {"req_fd": req_r, "resp_fd": resp_w, "isolate": self.isolated, "uid": self.uid, "hide": self.hide,
-               "keep": kept_paths(),
-               "max_file_bytes": 512 * 2**20}
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
-                                                             "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                                             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-        env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg",
-                   CUBLAS_WORKSPACE_CONFIG=":4096:8")
-        pid = os.fork()
-        if pid == 0:  # the child: wire the pipes, then become the sandbox script
-            try:
-                os.setsid()
-                os.chdir(self.scratch)
-                devnull = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(devnull, 0)
-                os.dup2(out_w, 1)
-                os.dup2(out_w, 2)
-                for fd in (req_w, resp_r, out_r):
-                    os.close(fd)
-                os.set_inheritable(req_r, True)
-                os.set_inheritable(resp_w, True)
-                os.execve(sys.executable, [sys.executable, "-I", "-u", "-X", "faulthandler", str(CHILD),
-                                           json.dumps(cfg)], env)
-            finally:
-                os._exit(127)
-        for fd in (req_r, resp_w, out_w):
+        cfg = {"isolate": self.isolated, "uid": self.uid, "hide": self.hide, "keep": kept_paths(),
+               "scratch": str(self.scratch), "max_file_bytes": 512 * 2**20, "env": sandbox_env()}
+        (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w) = (os.pipe() for _ in range(4))
+        self.proc = ZYGOTE.spawn(cfg, [req_r, resp_w, out_w, status_w], status_r)
+        for fd in (req_r, resp_w, out_w, status_w):
             os.close(fd)
-        self.proc, self.req, self.resp_fd, self.buf = pid, os.fdopen(req_w, "w"), resp_r, b""
+        self.req, self.resp_fd, self.status_fd, self.buf = os.fdopen(req_w, "w"), resp_r, status_r, b""
         self.tap = OutputTap(out_r, self.limits.output_kb * 1024)
         self.tap.start()
         hello = self._read(STARTUP_SECONDS)
@@ -229,10 +254,6 @@ class Sandbox:
                         os.kill(pid, signal.SIGKILL)
                     except OSError:
                         pass
-            try:
-                os.waitpid(self.proc, 0)
-            except ChildProcessError:
-                pass
             if not self.isolated or not pids_of_uid(self.uid):
                 break
             time.sleep(0.05)
@@ -241,10 +262,11 @@ class Sandbox:
                 f.close()
             except OSError:
                 pass
-        try:
-            os.close(self.resp_fd)
-        except OSError:
-            pass
+        for fd in (self.resp_fd, self.status_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.proc = None
 
@@ -284,10 +306,12 @@ class Sandbox:
             raise SandboxFailure("crash", "the grader's channel carried something that is not the protocol")
 
     def _exit_status(self):
-        try:
-            pid, status = os.waitpid(self.proc, 0)
-        except ChildProcessError:
+        """How the student's process ended, as its monitor saw it."""
+        ready, _, _ = select.select([self.status_fd], [], [], 5)
+        line = _read_line(self.status_fd) if ready else ""
+        if not line.strip().lstrip("-").isdigit():
             return "exit status unknown"
+        status = int(line)
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             return f"killed by signal {signal.Signals(sig).name}" if sig in signal.Signals._value2member_map_ else f"signal {sig}"
