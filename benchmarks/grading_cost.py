@@ -1,0 +1,166 @@
+"""Grading cost: wall time to grade each reference solution, per item, against the bare compute of the same work.
+
+Bare compute = the same hidden checks run in-process against the reference (no sandbox, no process,
+no serialisation) plus the same training runs done directly with the harness. Both are measured in this one
+run, so the ratio is meaningful on a shared, noisy machine; absolute seconds are not.
+
+    python benchmarks/grading_cost.py [ID ...] [--no-experiments]
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import torch
+
+from autograder.config import CHECK_ORDER, load_course
+from autograder.engine import load_suite, seed_for
+from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.experiments import reference_parts, run_reference
+from autograder.sandbox import Fresh, Remote, Seeded
+
+
+class LocalStudent:
+    """The suite's view of a student, answered by the reference in this process (the bare compute)."""
+
+    def __init__(self, ref, seed):
+        self.ref, self.seed, self.device, self.label = ref, seed, "cpu", ""
+
+    def case(self, label):
+        self.label = label
+
+    def _local(self, v):
+        if isinstance(v, Seeded):
+            return torch.Generator().manual_seed(v.seed)
+        if isinstance(v, Fresh):
+            mod = getattr(torch.nn, v.cls)(*v.args, **v.kwargs)
+            with torch.no_grad():
+                for t, s in zip(mod.state_dict().values(), v.state):
+                    t.copy_(s)
+            return mod
+        if isinstance(v, Remote):
+            return v.obj
+        if isinstance(v, (list, tuple)):
+            return type(v)(self._local(x) for x in v)
+        if isinstance(v, dict):
+            return {k: self._local(x) for k, x in v.items()}
+        return v
+
+    def _wrap(self, v):
+        if isinstance(v, torch.nn.Module):
+            r = Remote("local", type(v).__name__)
+            r.obj = v
+            return r
+        if isinstance(v, torch.Tensor):
+            v = v.detach().clone()
+            v.student_device = "cpu"
+            return v
+        if isinstance(v, (list, tuple)):
+            return type(v)(self._wrap(x) for x in v)
+        if isinstance(v, dict):
+            return {k: self._wrap(x) for k, x in v.items()}
+        return v
+
+    def call(self, name, *args, **kwargs):
+        torch.manual_seed(self.seed)
+        fn = name.obj if isinstance(name, Remote) else getattr(self.ref, name)
+        with torch.no_grad():
+            return self._wrap(fn(*self._local(args), **self._local(kwargs)))
+
+    def method(self, obj, method, *args, **kwargs):
+        torch.manual_seed(self.seed)
+        with torch.no_grad():
+            return self._wrap(getattr(obj.obj, method)(*self._local(args), **self._local(kwargs)))
+
+    def grad(self, name, args, wrt, upstream, method=None, **kwargs):
+        args = [a.clone().requires_grad_(True) if j in wrt else a for j, a in enumerate(self._local(list(args)))]
+        fn = getattr(name.obj, method) if isinstance(name, Remote) else getattr(self.ref, name)
+        out = fn(*args, **self._local(kwargs))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        total = sum((o * u).sum() for o, u in zip(outs, upstream) if u is not None)
+        grads = torch.autograd.grad(total, [args[j] for j in wrt], allow_unused=True)
+        return self._wrap(out), self._wrap(tuple(grads))
+
+    def new(self, name, *args, **kwargs):
+        torch.manual_seed(self.seed)
+        return self._wrap(getattr(self.ref, name)(*self._local(args), **self._local(kwargs)))
+
+    def state(self, obj):
+        return {k: v.detach().clone() for k, v in obj.obj.state_dict().items()}
+
+    def load_state(self, obj, tensors):
+        with torch.no_grad():
+            for t, s in zip(obj.obj.state_dict().values(), tensors):
+                t.copy_(s)
+
+    def attr(self, target, attr):
+        return self._wrap(getattr(target.obj if isinstance(target, Remote) else getattr(self.ref, target), attr))
+
+    def signature(self, name, methods=()):
+        return {}
+
+
+def bare(aid, with_experiments):
+    """item -> seconds for the checks run in-process, plus the experiments run directly."""
+    course = load_course()
+    assignment, suite, ref = course.assignment(aid), load_suite(aid), reference_parts(aid)
+    out = {}
+    for item, spec in assignment.items.items():
+        t0 = time.perf_counter()
+        for kind in CHECK_ORDER:
+            fn = suite.checks.get((item, kind))
+            if kind in spec.points and fn is not None:
+                seed = seed_for(course.seed, aid, item, kind)
+                fn(LocalStudent(ref, seed), torch.Generator().manual_seed(seed))
+        if with_experiments:
+            for exp in assignment.experiments_of(item):
+                run_reference(aid, exp.name, device="cpu")
+        out[item] = time.perf_counter() - t0
+    return out
+
+
+def graded(aid, with_experiments):
+    """item -> seconds the real grader spent (sandbox and all), from results.json's per-test times."""
+    from autograder.engine import grade_notebook
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{aid}.ipynb"
+        nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
+        t0 = time.perf_counter()
+        result = grade_notebook(path, aid, device="cpu", experiments=with_experiments)
+        wall = time.perf_counter() - t0
+    per_item = {}
+    for t in result["tests"]:
+        per_item[t["item"]] = per_item.get(t["item"], 0.0) + t["seconds"]
+    assert result["score"] == result["max_score"], "the reference must score full marks"
+    return per_item, wall
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("ids", nargs="*")
+    parser.add_argument("--no-experiments", action="store_true")
+    args = parser.parse_args()
+    os.environ["COURSE_NO_CACHE"] = "1"  # measure the training, not the cache
+    with_exp = not args.no_experiments
+    rows = []
+    for aid in args.ids or load_course().assignments:
+        per_item_bare = bare(aid, with_exp)
+        per_item_graded, wall = graded(aid, with_exp)
+        total_bare = sum(per_item_bare.values())
+        print(f"\n{aid}: graded in {wall:.1f} s wall, bare compute {total_bare:.1f} s, ratio {wall / total_bare:.2f}")
+        print(f"  {'item':<30}{'graded s':>10}{'bare s':>10}{'ratio':>8}")
+        for item in per_item_bare:
+            g, b = per_item_graded.get(item, 0.0), per_item_bare[item]
+            print(f"  {item:<30}{g:>10.2f}{b:>10.2f}{(g / b if b > 0 else float('nan')):>8.1f}")
+        rows.append((aid, wall, total_bare))
+    print(f"\n{'assignment':<26}{'graded s':>10}{'bare s':>10}{'ratio':>8}")
+    for aid, wall, b in rows:
+        print(f"{aid:<26}{wall:>10.1f}{b:>10.1f}{wall / b:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

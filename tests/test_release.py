@@ -1,0 +1,129 @@
+"""The release: in sync with solutions/ and course.yaml, regenerated identically, and its checks catch leaks."""
+import copy
+import json
+import shutil
+
+import nbformat
+import pytest
+
+from autograder.build import BEGIN, HIDDEN_BEGIN, execute, generate, item_cell, normalised, solve, sync, verify
+from autograder.config import ROOT, load_course
+from autograder.notebook import nbgrader_meta
+
+COURSE = load_course()
+AIDS = list(COURSE.assignments)
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("release")
+    generate(AIDS, out)
+    return out
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_source_notebooks_are_in_sync_with_solutions_and_course_yaml(aid):
+    assert sync(aid, write=False) == [], f"run `course sync {aid}`: graded cells or points are out of date"
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_committed_release_is_what_nbgrader_generates_now(regenerated, aid):
+    fresh = regenerated / aid / f"{aid}.ipynb"
+    committed = ROOT / "release" / aid / f"{aid}.ipynb"
+    assert committed.exists(), f"release/{aid} is missing: run `course release`"
+    assert normalised(fresh) == normalised(committed), f"release/{aid} is out of date: run `course release {aid}`"
+    assert sorted(p.name for p in (ROOT / "release" / aid).iterdir()) == [f"{aid}.ipynb"]
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_committed_release_passes_every_check(aid):
+    assert verify(aid, ROOT / "release" / aid) == []
+
+
+def leaked_copy(tmp_path, aid, damage):
+    folder = tmp_path / aid
+    shutil.copytree(ROOT / "release" / aid, folder)
+    path = folder / f"{aid}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    damage(nb, folder)
+    nbformat.write(nb, path)
+    return folder
+
+
+def cell(nb, gid):
+    return next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == gid)
+
+
+def first_solution_line(aid, item):
+    stub = set(item_cell(aid, item, solved=False).splitlines())
+    return next(l for l in item_cell(aid, item, solved=True).splitlines()
+                if l not in stub and len(l.strip()) > 20 and not l.strip().startswith("#"))
+
+
+DAMAGES = {
+    "a solution line in a demo cell": (
+        lambda aid: lambda nb, f: nb.cells.insert(3, nbformat.v4.new_code_cell(
+            first_solution_line(aid, list(COURSE.assignment(aid).items)[0]).strip())),
+        "contains a line of the reference solution"),
+    "a solution line left in the stub": (
+        lambda aid: lambda nb, f: setattr(cell(nb, list(COURSE.assignment(aid).items)[-1]), "source",
+                                          cell(nb, list(COURSE.assignment(aid).items)[-1]).source + "\n"
+                                          + first_solution_line(aid, list(COURSE.assignment(aid).items)[-1])),
+        "contains a line of the reference solution"),
+    "a hidden-test region": (
+        lambda aid: lambda nb, f: setattr(cell(nb, "test_" + list(COURSE.assignment(aid).items)[0]), "source",
+                                          HIDDEN_BEGIN + "\nassert True\n"),
+        "still has a solution or hidden-test region"),
+    "an import of the hidden package": (
+        lambda aid: lambda nb, f: nb.cells.append(nbformat.v4.new_code_cell("from solutions import *")),
+        "refers to the hidden solutions"),
+    "an extra file": (
+        lambda aid: lambda nb, f: (f / "answers.py").write_text("x = 1\n"),
+        "extra files in the release: answers.py"),
+    "a duplicated grade_id": (
+        lambda aid: lambda nb, f: nb.cells.append(copy.deepcopy(cell(nb, list(COURSE.assignment(aid).items)[0]))),
+        "is used by cells"),
+    "points that disagree with course.yaml": (
+        lambda aid: lambda nb, f: cell(nb, "test_" + list(COURSE.assignment(aid).items)[0]).metadata["nbgrader"]
+        .__setitem__("points", 99),
+        "course.yaml says"),
+    "a missing stub": (
+        lambda aid: lambda nb, f: nb.cells.remove(cell(nb, list(COURSE.assignment(aid).items)[1])),
+        "has no stub cell"),
+    "a missing test cell": (
+        lambda aid: lambda nb, f: nb.cells.remove(cell(nb, "test_" + list(COURSE.assignment(aid).items)[1])),
+        "has no test cell"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+@pytest.mark.parametrize("aid", AIDS)
+def test_release_checks_fail_loudly_on_a_leak(tmp_path, aid, damage):
+    make, words = DAMAGES[damage]
+    problems = verify(aid, leaked_copy(tmp_path, aid, make(aid)))
+    assert any(words in p for p in problems), problems
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_release_runs_top_to_bottom_raising_only_not_implemented(tmp_path, aid):
+    path = tmp_path / f"{aid}.ipynb"
+    shutil.copy(ROOT / "release" / aid / f"{aid}.ipynb", path)
+    nb = execute(path, timeout=600, allow_errors=True)
+    errors = [(k, o.get("ename"), o.get("evalue", "")[:120]) for k, c in enumerate(nb.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert errors, "the stubs should raise"
+    assert {e for _, e, _ in errors} == {"NotImplementedError"}, [e for e in errors if e[1] != "NotImplementedError"]
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, aid):
+    from autograder.engine import grade_notebook
+    path = solve(aid, tmp_path)
+    text = path.read_text()
+    assert BEGIN in text  # the instructor's copy keeps the regions, filled
+    executed = execute(path, timeout=1200)
+    outputs = json.dumps([c.get("outputs", []) for c in executed.cells])
+    assert "NotImplementedError" not in outputs and '"output_type": "error"' not in outputs
+    result = grade_notebook(path, aid, device="cpu")
+    lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]
+    assert result["score"] == result["max_score"] == COURSE.assignment(aid).total_points, lost
