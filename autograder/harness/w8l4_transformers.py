@@ -193,10 +193,13 @@ def train_no_mask(model, parts, data, cfg, seed):
     torch.manual_seed(seed)
     want = cfg["threshold"]["teacher_forced_acc_L8"]["min"] + STOP_MARGIN["teacher_forced_acc_L8"]
     rows = slice(EVAL_LENGTHS.index(8) * VAL_PER_LENGTH, (EVAL_LENGTHS.index(8) + 1) * VAL_PER_LENGTH)
+    # the L = 8 block without its extra PAD columns, as evaluate sees it: an unmasked decoder reads a PAD in
+    # tgt_in[t + 1] as "EOS comes next", so the padded block would flatter it
+    src, tgt_in, tgt = (data[k][rows, :9] for k in ("val_src", "val_tgt_in", "val_tgt"))
 
     def validate(m):
         m.eval()
-        acc = _teacher_forced_hits(m, data["val_src"][rows], data["val_tgt_in"][rows], data["val_tgt"][rows]).mean().item()
+        acc = _teacher_forced_hits(m, src, tgt_in, tgt).mean().item()
         return {"teacher_forced_acc_L8": acc}, acc >= want
     return _fit(model, data, cfg["steps"], LR, WARMUP, validate)
 
