@@ -223,7 +223,7 @@ def corrupt_properties(s, g):
     check_true(not torch.allclose(a, x), "corrupt(x, 0.5) returned x unchanged")
     s.case("the same draw on x and on x + 1")
     shifted = s.call("corrupt", x + 1, 0.5, generator=Seeded(seed))
-    check_close("corrupt(x + 1, sigma) - 1", a, shifted - 1, atol=1e-5,
+    check_close("corrupt(x + 1, sigma) - 1", a, shifted - 1, atol=1e-5, oracle="corrupt(x, sigma)",
                 case="the noise is added and does not depend on x's values (same generator seed)")
 
 
@@ -328,14 +328,14 @@ def projector_properties(s, g):
         W = basis(g, *shape)
         P = s.call("projector", W).double()
         k = shape[-1]
-        check_close("P @ P", P, P @ P, atol=1e-8, case=label + ": a projector is idempotent")
-        check_close("P^T", P, P.mT, atol=1e-8, case=label + ": an orthogonal projector is symmetric")
-        check_close("P @ W", W, P @ W, atol=1e-8, case=label + ": P leaves the columns of W where they are")
+        check_close("P @ P", P, P @ P, atol=1e-8, oracle="P", case=label + ": a projector is idempotent")
+        check_close("P^T", P, P.mT, atol=1e-8, oracle="P", case=label + ": an orthogonal projector is symmetric")
+        check_close("P @ W", W, P @ W, atol=1e-8, oracle="W", case=label + ": P leaves the columns of W where they are")
         trace = torch.diagonal(P, dim1=-2, dim2=-1).sum(-1)
-        check_close("trace(P)", torch.full_like(trace, float(k)), trace, atol=1e-8,
+        check_close("trace(P)", torch.full_like(trace, float(k)), trace, atol=1e-8, oracle="k",
                     case=label + ": the trace is the rank k")
         R = randn(g, *shape[:-2], k, k, dtype=torch.float64) + 3 * torch.eye(k, dtype=torch.float64)
-        check_close("projector(W @ R)", P, s.call("projector", W @ R).double(), atol=1e-8,
+        check_close("projector(W @ R)", P, s.call("projector", W @ R).double(), atol=1e-8, oracle="projector(W)",
                     case=label + ": another basis W R of the same column space gives the same P")
 
 
@@ -431,20 +431,28 @@ def trained(s, X, k, steps, lr, label, **kwargs):
 
 @CHECKS.check("train_linear_ae", "shapes")
 def train_shapes(s, g):
-    X = low_rank_data(g, 100, 10, 4, torch.float32)
+    # two strong directions, then a clear gap: k = 2 is well defined and Adam gets there in 150 steps
+    scales = torch.tensor([3.0, 2.5, 0.7, 0.5], dtype=torch.float64)
+    X64 = (randn(g, 100, 4, dtype=torch.float64) * scales) @ randn(g, 4, 10, dtype=torch.float64)
+    X64 = X64 + 0.05 * randn(g, 100, 10, dtype=torch.float64)
+    X64 = X64 - X64.mean(0, keepdim=True)
+    X = X64.float()
     X64 = X.double()
-    _, err_pca = ref.pca(X64, 2)
-    for kwargs, steps, lr, bound in [({}, 100, 2e-2, 0.1), ({"batch": 25}, 100, 3e-2, 0.1)]:
-        label = f"train_linear_ae(X (100, 10) float32 centred, k=2, steps={steps}, lr={lr}" + \
+    err_pca = ref.pca(X64, 2)[1].item()
+    total = (X64 ** 2).sum(1).mean().item()
+    for kwargs in ({}, {"batch": 25}):
+        label = "train_linear_ae(X (100, 10) float32 centred, k=2, steps=150, lr=0.03" + \
             "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
         s.case(label)
-        net, We, Wd = trained(s, X, 2, steps, lr, label, **kwargs)
+        net, We, Wd = trained(s, X, 2, 150, 3e-2, label, **kwargs)
         check_tensor("forward(X)", X, s.method(net, "forward", X), device=s.device)
         err = ((X64 - X64 @ We.T @ Wd.T) ** 2).sum(1).mean().item()
-        check_true(err < (1 + bound) * err_pca.item(),
-                   f"after training the reconstruction error is {err:.4g}, expected within {bound:.0%} of PCA's "
-                   f"{err_pca.item():.4g} (the error of the untrained net is about {(X64 ** 2).sum(1).mean().item():.3g}):"
-                   f" is the model being trained with Adam at this lr for `steps` steps? {label}")
+        missed = (err - err_pca) / (total - err_pca)
+        check_true(missed < 0.1,
+                   f"after training the reconstruction error is {err:.4g}: PCA's rank-2 error is {err_pca:.4g} and "
+                   f"the data's mean squared norm {total:.4g}, so the model captured only {1 - missed:.0%} of what "
+                   f"PCA captures (expected at least 90%): is it trained with Adam at this lr for `steps` steps? "
+                   f"{label}")
     X = low_rank_data(g, 40, 8, 3, torch.float64)
     label = "train_linear_ae(X (40, 8) float64, k=3, steps=3, lr=0.01): the model follows X's dtype"
     s.case(label)
@@ -673,20 +681,23 @@ def location_properties(s, g):
     s.case(label)
     a = s.call("alpha_location", q, W)
     check_true(bool((a >= 0).all()), f"alpha_location has negative weights ({label})")
-    check_close("row sums", torch.ones(3, dtype=torch.float64), a.sum(-1), atol=1e-10,
+    check_close("row sums", torch.ones(3, dtype=torch.float64), a.sum(-1), atol=1e-10, oracle="1",
                 case=label + ": each row is a distribution over the T positions")
     shift = randn(g, 6, dtype=torch.float64)
     check_close("alpha_location(s, W_loc + 1 c^T)", a, s.call("alpha_location", q, W + shift), atol=1e-10,
+                oracle="alpha_location(s, W_loc)",
                 case=label + ": adding one vector c to every row of W_loc shifts every score by c^T s, which "
                              "cancels in the softmax")
     perm = torch.randperm(8, generator=g)
     check_close("alpha_location(s, W_loc[perm])", a[:, perm], s.call("alpha_location", q, W[perm]), atol=1e-10,
+                oracle="alpha_location(s, W_loc)[:, perm]",
                 case=label + ": permuting the rows of W_loc permutes the weights (position t reads row t)")
     other = s.call("alpha_location", randn(g, 3, 6, dtype=torch.float64), W)
     check_true(not torch.allclose(a, other), "the weights did not change with s: location attention is softmax(W_loc s)")
     s.case("W_loc scaled by 1e3 (very sharp weights)")
     sharp = s.call("alpha_location", q, W * 1e3)
     check_close("alpha_location(s, 1e3 W_loc)", torch.softmax(q @ W.T * 1e3, -1), sharp, atol=1e-8,
+                oracle="torch.softmax",
                 case="scores of size 1e3 must not overflow (softmax, not exp / sum)")
 
 
@@ -793,7 +804,7 @@ def context_properties(s, g):
     s.case(label)
     c, alpha = check_tuple("attention_context", 2, s.call("attention_context", scores, H, mask=mask))
     check_true(bool((alpha >= 0).all()), f"alpha has negative weights ({label})")
-    check_close("row sums of alpha", torch.ones(B, dtype=torch.float64), alpha.sum(-1), atol=1e-10,
+    check_close("row sums of alpha", torch.ones(B, dtype=torch.float64), alpha.sum(-1), atol=1e-10, oracle="1",
                 case=label + ": alpha is a distribution over the real positions")
     if not bool((alpha[~mask] == 0).all()):
         raise Fail(f"padded positions get weight {alpha[~mask].abs().max().item():.3g}, expected exactly 0 ({label})")
@@ -803,12 +814,12 @@ def context_properties(s, g):
     junk_H = torch.where(mask[..., None], H, 1e3 * randn(g, B, T, d, dtype=torch.float64))
     junk_scores = torch.where(mask, scores, 50 + 10 * randn(g, B, T, dtype=torch.float64))
     c2, alpha2 = s.call("attention_context", junk_scores, junk_H, mask=mask)
-    check_close("alpha", alpha, alpha2, atol=1e-10, case="what sits at padded positions must not change alpha")
-    check_close("c", c, c2, atol=1e-8, case="what sits at padded positions must not change c")
+    check_close("alpha", alpha, alpha2, atol=1e-10, oracle="alpha before", case="what sits at padded positions must not change alpha")
+    check_close("c", c, c2, atol=1e-8, oracle="c before", case="what sits at padded positions must not change c")
     s.case(label + "; every score of a row shifted by the same constant")
     shift = 100 * randn(g, B, 1, dtype=torch.float64)
     _, alpha3 = s.call("attention_context", scores + shift, H, mask=mask)
-    check_close("alpha(scores + const)", alpha, alpha3, atol=1e-10, case="the softmax ignores a per-row constant")
+    check_close("alpha(scores + const)", alpha, alpha3, atol=1e-10, oracle="alpha(scores)", case="the softmax ignores a per-row constant")
 
 
 # --- unroll_annotations -----------------------------------------------------------------------------
@@ -955,12 +966,12 @@ def local_properties(s, g):
         if not bool((got[outside] == 0).all()):
             raise Fail(f"weights farther than D from the centre are not 0 (up to "
                        f"{got[outside].abs().max().item():.3g}), {label}")
-        check_close("row sums", torch.ones(5, dtype=torch.float64), got.sum(-1), atol=1e-10,
+        check_close("row sums", torch.ones(5, dtype=torch.float64), got.sum(-1), atol=1e-10, oracle="1",
                     case=label + ": each row is renormalised to a distribution")
         ratio = got / alpha
         inside_ratio = torch.where(outside, torch.nan, ratio)
-        spread = (inside_ratio.nan_to_num(-math.inf).max(-1).values
-                  - inside_ratio.nan_to_num(math.inf).min(-1).values).abs().max().item()
+        top = inside_ratio.nan_to_num(-math.inf).max(-1).values
+        spread = ((top - inside_ratio.nan_to_num(math.inf).min(-1).values).abs() / top.abs()).max().item()
         check_true(spread < 1e-9, f"inside the window the weights are not alpha times one constant per row "
                                   f"(spread {spread:.3g}): only renormalise, {label}")
         if previous is not None:
@@ -971,8 +982,10 @@ def local_properties(s, g):
     s.case(label)
     at_max = s.call("local_attention", alpha, alpha.argmax(-1), 0)
     check_close("local_attention(alpha, argmax, 0)", F.one_hot(alpha.argmax(-1), T).double(), at_max, atol=1e-12,
+                oracle="one-hot at the argmax", dims=("batch", "position"),
                 case=label)
     check_close(f"local_attention(alpha, centre, {T - 1})", alpha, s.call("local_attention", alpha, centre, T - 1),
+                oracle="alpha", dims=("batch", "position"),
                 atol=1e-12, case=label)
 
 

@@ -1,0 +1,445 @@
+"""Planted mistakes and correct alternatives for w8l1_attention_vision.
+
+A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell written differently.
+"""
+
+PLANTED = {
+    "mse_loss": {
+        "wrong": {
+            "sum_not_mean": ("return ((x_hat - x) ** 2).mean()", "return ((x_hat - x) ** 2).sum()"),
+            "sum_over_pixels_mean_over_rows": ("return ((x_hat - x) ** 2).mean()",
+                                               "return ((x_hat - x) ** 2).sum(-1).mean()"),
+            "mean_absolute_error": ("return ((x_hat - x) ** 2).mean()", "return (x_hat - x).abs().mean()"),
+            "through_a_python_float": ("return ((x_hat - x) ** 2).mean()",
+                                       "return torch.tensor(((x_hat - x) ** 2).mean().item())"),
+        },
+        "right": {
+            "dot_product": '''def mse_loss(x_hat, x):
+    """Mean of the squared differences over every element."""
+    diff = (x_hat - x).reshape(-1)
+    return diff @ diff / diff.numel()
+''',
+        },
+    },
+    "AutoEncoder": {
+        "wrong": {
+            "no_sigmoid": (", nn.Linear(hidden, 784), nn.Sigmoid())", ", nn.Linear(hidden, 784))"),
+            "relu_on_the_code": ("nn.ReLU(), nn.Linear(hidden, k))", "nn.ReLU(), nn.Linear(hidden, k), nn.ReLU())"),
+            "no_relu_in_decoder": ("nn.Sequential(nn.Linear(k, hidden), nn.ReLU(), nn.Linear(hidden, 784)",
+                                   "nn.Sequential(nn.Linear(k, hidden), nn.Linear(hidden, 784)"),
+            "hidden_width_ignored": ("def __init__(self, k, hidden=256):\n",
+                                     "def __init__(self, k, hidden=256):\n        hidden = 256\n"),
+        },
+        "right": {
+            "named_layers_sigmoid_in_forward": '''class AutoEncoder(nn.Module):
+    """784 -> hidden -> k -> hidden -> 784, ReLU between layers, Sigmoid on the output pixels."""
+
+    def __init__(self, k, hidden=256):
+        """Named layers; the Sigmoid is applied in forward."""
+        super().__init__()
+        from collections import OrderedDict
+        self.encoder = nn.Sequential(OrderedDict(fc1=nn.Linear(784, hidden), act1=nn.ReLU(),
+                                                 code=nn.Linear(hidden, k)))
+        self.decoder = nn.Sequential(OrderedDict(fc2=nn.Linear(k, hidden), act2=nn.ReLU(),
+                                                 out=nn.Linear(hidden, 784)))
+
+    def forward(self, x):
+        """Pixels in (0, 1)."""
+        z = self.encoder(x)
+        return torch.sigmoid(self.decoder(z))
+''',
+        },
+    },
+    "corrupt": {
+        "wrong": {
+            "variance_not_std": ("return x + sigma * eps", "return x + sigma ** 2 * eps"),
+            "uniform_noise": ("eps = torch.randn(x.shape,", "eps = torch.rand(x.shape,"),
+            "clipped_to_pixel_range": ("return x + sigma * eps", "return (x + sigma * eps).clamp(0, 1)"),
+            "generator_ignored": ("eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=gen_device).to(x.device)",
+                                  "eps = torch.randn_like(x)"),
+            "one_draw_per_image": ("eps = torch.randn(x.shape,", "eps = torch.randn(x.shape[:-1] + (1,),"),
+        },
+        "right": {
+            "cpu_draw_then_move": '''def corrupt(x, sigma, generator=None):
+    """x + sigma * eps with eps ~ N(0, I)."""
+    noise = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+    return x + sigma * noise.to(x.device)
+''',
+        },
+    },
+    "pca": {
+        "wrong": {
+            "no_sqrt_m": ("torch.linalg.svd(X / math.sqrt(m), full_matrices=False)",
+                          "torch.linalg.svd(X, full_matrices=False)"),
+            "rows_of_Vh_not_columns": ("V_k = Vh[:k].mT", "V_k = Vh[:k]"),
+            "err_not_squared": ("err = (S[k:] ** 2).sum()", "err = S[k:].sum()"),
+            "left_singular_vectors": '''def pca(X, k):
+    """Top-k directions by SVD."""
+    m = X.shape[0]
+    U, S, Vh = torch.linalg.svd(X / math.sqrt(m), full_matrices=False)
+    return U[:, :k], (S[k:] ** 2).sum()
+''',
+            "eigh_ascending_order": '''def pca(X, k):
+    """Covariance eigenvectors: eigh sorts ascending, so the top k are the last k columns."""
+    C = X.mT @ X / X.shape[0]
+    evals, evecs = torch.linalg.eigh(C)
+    return evecs[:, -k:], evals[:-k].clamp(min=0).sum()
+''',
+            "sample_covariance": '''def pca(X, k):
+    """SVD of X / sqrt(m - 1), the unbiased covariance."""
+    _, S, Vh = torch.linalg.svd(X / math.sqrt(X.shape[0] - 1), full_matrices=False)
+    return Vh[:k].mT, (S[k:] ** 2).sum()
+''',
+        },
+        "right": {
+            "covariance_eigh_flipped": '''def pca(X, k):
+    """Eigen-decomposition of the covariance X^T X / m, largest eigenvalues first."""
+    m = X.shape[0]
+    evals, evecs = torch.linalg.eigh(X.mT @ X / m)
+    evals, evecs = evals.flip(0), evecs.flip(-1)
+    return evecs[:, :k], evals[k:].clamp(min=0).sum()
+''',
+        },
+    },
+    "projector": {
+        "wrong": {
+            "assumes_orthonormal_columns": ("return W @ torch.linalg.solve(W.mT @ W, W.mT)", "return W @ W.mT"),
+            "unit_columns_only": ("return W @ torch.linalg.solve(W.mT @ W, W.mT)",
+                                  "Wn = W / W.norm(dim=-2, keepdim=True)\n    return Wn @ Wn.mT"),
+            "T_not_mT": ("return W @ torch.linalg.solve(W.mT @ W, W.mT)",
+                         "return W @ torch.linalg.inv(W.T @ W) @ W.T"),
+        },
+        "right": {
+            "pseudo_inverse": '''def projector(W):
+    """P = W W^+, the pseudo-inverse form of W (W^T W)^-1 W^T."""
+    return W @ torch.linalg.pinv(W)
+''',
+        },
+    },
+    "principal_angle_cosines": {
+        "wrong": {
+            "no_orthonormalisation": ("return torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0)",
+                                      "return torch.linalg.svdvals(W.mT @ V).clamp(max=1.0)"),
+            "ascending": ("return torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0)",
+                          "return torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0).flip(-1)"),
+            "angles_not_cosines": ("return torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0)",
+                                   "return torch.arccos(torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0))"),
+        },
+        "right": {
+            "svd_bases": '''def principal_angle_cosines(W, V):
+    """Orthonormal bases from the SVD, then the singular values of their cross product."""
+    U_w = torch.linalg.svd(W, full_matrices=False).U
+    U_v = torch.linalg.svd(V, full_matrices=False).U
+    c = torch.linalg.svd(U_w.mT @ U_v).S
+    return torch.minimum(c, torch.ones_like(c))
+''',
+        },
+    },
+    "LinearAE": {
+        "wrong": {
+            "with_biases": ("nn.Linear(n_in, k, bias=False)", "nn.Linear(n_in, k)"),
+            "tied_decoder": ("return self.Wd(self.We(x))", "return self.We(x) @ self.We.weight"),
+            "relu_on_the_code": ("return self.Wd(self.We(x))", "return self.Wd(torch.relu(self.We(x)))"),
+        },
+        "right": {
+            "explicit_matmuls": '''class LinearAE(nn.Module):
+    """x_hat = x W_e^T W_d^T, no biases."""
+
+    def __init__(self, k, n_in=784):
+        """Two bias-free linear maps."""
+        super().__init__()
+        self.We = nn.Linear(n_in, k, bias=False)
+        self.Wd = nn.Linear(k, n_in, bias=False)
+
+    def forward(self, x):
+        """Encode then decode, written as matrix products."""
+        return x @ self.We.weight.mT @ self.Wd.weight.mT
+''',
+        },
+    },
+    "train_linear_ae": {
+        "wrong": {
+            "default_input_width": ("net = LinearAE(k, X.shape[1])", "net = LinearAE(k)"),
+            "seed_ignored": ("    torch.manual_seed(seed)\n", ""),
+            "no_optimiser_step": ("        opt.step()\n", ""),
+            "dtype_not_followed": (".to(device=X.device, dtype=X.dtype)", ".to(X.device)"),
+            "returns_the_losses_too": '''def train_linear_ae(X, k, steps, lr, batch=None, seed=0):
+    """Adam on the mean per-row squared error; returns the model and its loss curve."""
+    torch.manual_seed(seed)
+    net = LinearAE(k, X.shape[1]).to(X)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = ((net(X) - X) ** 2).sum(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return net, losses
+''',
+        },
+        "right": {
+            "randint_on_device": '''def train_linear_ae(X, k, steps, lr, batch=None, seed=0):
+    """Adam on ||x - x_hat||^2 averaged over rows; minibatches drawn on X's device."""
+    torch.manual_seed(seed)
+    net = LinearAE(k, n_in=X.shape[1]).to(X)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    for step in range(steps):
+        if batch is None:
+            xb = X
+        else:
+            xb = X[torch.randint(0, X.shape[0], (batch,), device=X.device)]
+        loss = (net(xb) - xb).pow(2).sum(dim=1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return net
+''',
+        },
+    },
+    "GRUEncoder": {
+        "wrong": {
+            "lengths_ignored": ("if lengths is None:", "if True:"),
+            "h_n_reshaped_without_transpose": ("h_T = torch.cat([h_n[0], h_n[1]], dim=-1)",
+                                               "h_T = h_n.reshape(x.shape[0], -1)"),
+            "last_column_of_H": ("h_T = torch.cat([h_n[0], h_n[1]], dim=-1)", "h_T = H[:, -1]"),
+            "hidden_d_each_way": ("nn.GRU(d, d // 2,", "nn.GRU(d, d,"),
+        },
+        "right": {
+            "h_T_gathered_from_H": '''class GRUEncoder(nn.Module):
+    """Bidirectional GRU encoder."""
+
+    def __init__(self, n_tokens, d):
+        """Embedding, then a GRU with d // 2 units each way."""
+        super().__init__()
+        self.emb = nn.Embedding(n_tokens, d)
+        self.rnn = nn.GRU(d, d // 2, batch_first=True, bidirectional=True)
+        self.half = d // 2
+
+    def forward(self, x, lengths=None):
+        """Always packed; h_T read out of H: forward half at the last real token, backward half at token 0."""
+        B, T = x.shape
+        if lengths is None:
+            lengths = torch.full((B,), T, dtype=torch.long)
+        lengths = torch.as_tensor(lengths).cpu().long()
+        packed = nn.utils.rnn.pack_padded_sequence(self.emb(x), lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.rnn(packed)
+        H, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)
+        rows = torch.arange(B, device=x.device)
+        last = (lengths - 1).to(x.device)
+        h_T = torch.cat([H[rows, last, :self.half], H[:, 0, self.half:]], dim=-1)
+        return H, h_T
+''',
+        },
+    },
+    "score_dot": {
+        "wrong": {
+            "squeeze_everything": '''def score_dot(s, H):
+    """s^T h_t for every t."""
+    return torch.bmm(H, s.unsqueeze(-1)).squeeze()
+''',
+            "summed_over_positions": '''def score_dot(s, H):
+    """s^T h_t for every t."""
+    return (s.unsqueeze(-2) * H).sum(-2)
+''',
+            "matmul_broadcasts_the_batch": '''def score_dot(s, H):
+    """s^T h_t for every t."""
+    return s @ H.mT
+''',
+        },
+        "right": {
+            "broadcast_product": '''def score_dot(s, H):
+    """s^T h_t for every t."""
+    return (H * s.unsqueeze(-2)).sum(-1)
+''',
+        },
+    },
+    "score_scaled": {
+        "wrong": {
+            "divided_by_d": ("/ math.sqrt(H.shape[-1])", "/ H.shape[-1]"),
+            "sqrt_of_T": ("/ math.sqrt(H.shape[-1])", "/ math.sqrt(H.shape[-2])"),
+        },
+        "right": {
+            "bmm": '''def score_scaled(s, H):
+    """s^T h_t / sqrt(d)."""
+    return torch.bmm(H, s.unsqueeze(-1)).squeeze(-1) * s.shape[-1] ** -0.5
+''',
+        },
+    },
+    "score_general": {
+        "wrong": {
+            "W_a_transposed": ('"...d,de,...te->...t"', '"...d,ed,...te->...t"'),
+            "W_a_forgotten": ('torch.einsum("...d,de,...te->...t", s, W_a, H)', 'torch.einsum("...d,...td->...t", s, H)'),
+        },
+        "right": {
+            "project_s_first": '''def score_general(s, H, W_a):
+    """s^T W_a h_t: project s once, then dot with every h_t."""
+    return (H @ (s @ W_a).unsqueeze(-1)).squeeze(-1)
+''',
+        },
+    },
+    "score_cosine": {
+        "wrong": {
+            "only_H_normalised": ("return dots / (s_norm * H_norm)", "return dots / H_norm"),
+            "no_zero_guard": ('''def score_cosine(s, H):
+    """Cosine of the angle between s and each h_t."""
+    dots = torch.einsum("...d,...td->...t", s, H)
+    return dots / (s.norm(dim=-1, keepdim=True) * H.norm(dim=-1))
+'''),
+            "normalised_over_positions": ("H_norm = H.norm(dim=-1).clamp(min=1e-8)",
+                                          "H_norm = H.norm(dim=(-2, -1)).unsqueeze(-1).clamp(min=1e-8)"),
+        },
+        "right": {
+            "normalize_then_dot": '''def score_cosine(s, H):
+    """Dot product of the L2-normalised vectors."""
+    return torch.einsum("...d,...td->...t", F.normalize(s, dim=-1), F.normalize(H, dim=-1))
+''',
+        },
+    },
+    "score_additive": {
+        "wrong": {
+            "halves_of_W_a_swapped": ("W_s, W_h = W_a[:, :d_s], W_a[:, d_s:]", "W_h, W_s = W_a[:, :d_s], W_a[:, d_s:]"),
+            "no_tanh": ("return torch.tanh(pre) @ v_a", "return pre @ v_a"),
+            "relu_not_tanh": ("return torch.tanh(pre) @ v_a", "return torch.relu(pre) @ v_a"),
+        },
+        "right": {
+            "explicit_concatenation": '''def score_additive(s, H, W_a, v_a):
+    """v_a^T tanh(W_a [s; h_t]) with the pair built explicitly."""
+    pair = torch.cat([s.unsqueeze(-2).expand(*H.shape[:-1], s.shape[-1]), H], dim=-1)
+    return torch.tanh(pair @ W_a.mT) @ v_a
+''',
+        },
+    },
+    "alpha_location": {
+        "wrong": {
+            "no_softmax": ('return torch.softmax(torch.einsum("td,...d->...t", W_loc, s), dim=-1)',
+                           'return torch.einsum("td,...d->...t", W_loc, s)'),
+            "softmax_over_the_batch": ('torch.einsum("td,...d->...t", W_loc, s), dim=-1)',
+                                       'torch.einsum("td,...d->...t", W_loc, s), dim=0)'),
+            "naive_exponential": '''def alpha_location(s, W_loc):
+    """softmax(W_loc s), written out."""
+    e = torch.exp(s @ W_loc.mT)
+    return e / e.sum(-1, keepdim=True)
+''',
+        },
+        "right": {
+            "functional_softmax": '''def alpha_location(s, W_loc):
+    """softmax(W_loc s) over the T positions."""
+    return F.softmax(s @ W_loc.mT, dim=-1)
+''',
+        },
+    },
+    "attention_context": {
+        "wrong": {
+            "mask_flipped": ("scores = scores.masked_fill(~mask,", "scores = scores.masked_fill(mask,"),
+            "zeroed_but_not_renormalised": ("scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)",
+                                            "pass"),
+            "softmax_over_the_batch": ("alpha = torch.softmax(scores, dim=-1)", "alpha = torch.softmax(scores, dim=0)"),
+            "scores_detached": ("alpha = torch.softmax(scores, dim=-1)", "alpha = torch.softmax(scores.detach(), dim=-1)"),
+            "naive_exponential": '''def attention_context(scores, H, mask=None):
+    """exp / sum over the real positions."""
+    e = torch.exp(scores)
+    if mask is not None:
+        e = e * mask
+    alpha = e / e.sum(-1, keepdim=True)
+    return (alpha.unsqueeze(-1) * H).sum(-2), alpha
+''',
+        },
+        "right": {
+            "minus_infinity": '''def attention_context(scores, H, mask=None):
+    """Padded scores set to -inf, softmax, weighted sum."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask.bool(), float("-inf"))
+    alpha = scores.softmax(-1)
+    c = (alpha.unsqueeze(-1) * H).sum(-2)
+    return c, alpha
+''',
+        },
+    },
+    "unroll_annotations": {
+        "wrong": {
+            "reshape_without_permute": ("return volume.flatten(-2).transpose(-1, -2)",
+                                        "return volume.reshape(volume.shape[0], -1, volume.shape[1])"),
+            "column_major": ("return volume.flatten(-2).transpose(-1, -2)",
+                             "return volume.transpose(-1, -2).flatten(-2).transpose(-1, -2)"),
+            "channels_not_last": ("return volume.flatten(-2).transpose(-1, -2)", "return volume.flatten(-2)"),
+        },
+        "right": {
+            "permute_reshape": '''def unroll_annotations(volume):
+    """(N, C, H, W) -> (N, H*W, C): channels last, then the grid flattened row by row."""
+    N, C, Hh, W = volume.shape
+    return volume.permute(0, 2, 3, 1).reshape(N, Hh * W, C)
+''',
+        },
+    },
+    "spatial_attention": {
+        "wrong": {
+            "W_a_transposed": ("score_general(s, A, W_a)", "score_general(s, A, W_a.mT)"),
+            "scaled_by_sqrt_d": ("score_general(s, A, W_a), A)", "score_general(s, A, W_a) / math.sqrt(A.shape[-1]), A)"),
+            "averaged_annotations": '''def spatial_attention(s, A, W_a):
+    """Weights from the scores, but the context is the plain average."""
+    alpha = torch.softmax(torch.einsum("bd,de,ble->bl", s, W_a, A), dim=-1)
+    return A.mean(1), alpha
+''',
+        },
+        "right": {
+            "einsum_from_scratch": '''def spatial_attention(s, A, W_a):
+    """softmax_l(s^T W_a a_l), then the weighted sum of the annotations."""
+    e = torch.einsum("bd,de,ble->bl", s, W_a, A)
+    alpha = torch.softmax(e, dim=-1)
+    return torch.einsum("bl,bld->bd", alpha, A), alpha
+''',
+        },
+    },
+    "hard_attention": {
+        "wrong": {
+            "integer_one_hot": ("return F.one_hot(alpha.argmax(dim=-1), alpha.shape[-1]).to(alpha.dtype)",
+                                "return F.one_hot(alpha.argmax(dim=-1), alpha.shape[-1])"),
+            "global_max": ("return F.one_hot(alpha.argmax(dim=-1), alpha.shape[-1]).to(alpha.dtype)",
+                           "return (alpha == alpha.max()).to(alpha.dtype)"),
+            "argmax_over_the_batch": ("alpha.argmax(dim=-1)", "alpha.argmax(dim=0)"),
+        },
+        "right": {
+            "scatter": '''def hard_attention(alpha):
+    """All the weight on the argmax."""
+    return torch.zeros_like(alpha).scatter_(-1, alpha.argmax(-1, keepdim=True), 1.0)
+''',
+        },
+    },
+    "local_attention": {
+        "wrong": {
+            "strict_window": ("keep = (pos - centre.unsqueeze(-1)).abs() <= D",
+                              "keep = (pos - centre.unsqueeze(-1)).abs() < D"),
+            "not_renormalised": ("return kept / kept.sum(-1, keepdim=True).clamp(min=torch.finfo(alpha.dtype).tiny)",
+                                 "return kept"),
+            "first_centre_for_every_row": ("keep = (pos - centre.unsqueeze(-1)).abs() <= D",
+                                           "keep = (pos - centre.reshape(-1)[0]).abs() <= D"),
+            "half_open_window": ("keep = (pos - centre.unsqueeze(-1)).abs() <= D",
+                                 "keep = (pos >= centre.unsqueeze(-1) - D) & (pos < centre.unsqueeze(-1) + D)"),
+        },
+        "right": {
+            "bounds_and_where": '''def local_attention(alpha, centre, D):
+    """Zero everything outside [centre - D, centre + D], renormalise."""
+    pos = torch.arange(alpha.shape[-1], device=alpha.device)
+    c = torch.as_tensor(centre, device=alpha.device).unsqueeze(-1)
+    keep = (pos >= c - D) & (pos <= c + D)
+    kept = torch.where(keep, alpha, torch.zeros_like(alpha))
+    return kept / kept.sum(-1, keepdim=True)
+''',
+        },
+    },
+    "self_attention": {
+        "wrong": {
+            "no_sqrt_d": ("/ math.sqrt(H.shape[-1])", ""),
+            "T_not_mT": ("H @ H.mT", "H @ H.T"),
+            "softmax_over_queries": ("dim=-1)         # (..., T, T)", "dim=-2)         # (..., T, T)"),
+        },
+        "right": {
+            "einsum": '''def self_attention(H):
+    """Z = softmax(H H^T / sqrt(d)) H."""
+    A = torch.einsum("...id,...jd->...ij", H, H).div(H.shape[-1] ** 0.5).softmax(-1)
+    return torch.einsum("...ij,...jd->...id", A, H), A
+''',
+        },
+    },
+}
