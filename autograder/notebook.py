@@ -89,6 +89,11 @@ def load_student_code(path, items):
 def names_used(source):
     """Every bare name and attribute name in `source` (for the from-scratch rule); None if it does not parse."""
     try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        source = TransformerManager().transform_cell(source)  # %magics and !shell lines as Python
+    except ImportError:
+        pass
+    try:
         tree = ast.parse(source)
     except SyntaxError:
         return None

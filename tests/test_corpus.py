@@ -155,6 +155,7 @@ CORPUS = [
     case("graded_cell_moved_to_the_end", move_to_end(MMD), {}),
     case("graded_cell_renamed", rename_grade_id(MMD, "my_dataset"), {MMD: 4}, r"no cell with grade_id"),
     case("graded_cell_turned_into_markdown", to_markdown(MMD), {MMD: 4}, r"is a markdown cell, not a code cell"),
+    case("ipython_magics_and_shell_escapes", append(MMD, "%matplotlib inline\n!pip install --no-index nothing"), {}),
     case("notebook_renamed", lambda nb, folder: None, {}, file_name="Lab14 (final) copy.ipynb"),
     case("kernelspec_from_another_machine", kernelspec, {}),
     case("wrong_signature", replace(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):",

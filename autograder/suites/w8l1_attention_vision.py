@@ -292,9 +292,11 @@ def pca_values(s, g):
 # --- projector ------------------------------------------------------------------------------------
 
 def basis(g, *shape, dtype=torch.float64):
-    """A non-orthonormal basis: Gaussian columns of very different lengths."""
-    W = randn(g, *shape, dtype=dtype)
-    return W * torch.logspace(-1, 1, shape[-1], dtype=dtype)
+    """A non-orthonormal basis of condition number 100: U diag(0.1 .. 10) R with U orthonormal, R a rotation,
+    so the columns have different lengths and are not orthogonal, yet any sound method is accurate to 1e-10."""
+    U, _ = torch.linalg.qr(randn(g, *shape, dtype=torch.float64))
+    R, _ = torch.linalg.qr(randn(g, *shape[:-2], shape[-1], shape[-1], dtype=torch.float64))
+    return (U * torch.logspace(-1, 1, shape[-1], dtype=torch.float64) @ R).to(dtype)
 
 
 @CHECKS.check("projector", "shapes")
@@ -311,7 +313,7 @@ def projector_shapes(s, g):
 def projector_values(s, g):
     for shape, dtype in [((10, 3), torch.float64), ((4, 12, 5), torch.float64), ((7, 1), torch.float64),
                          ((784, 16), torch.float32), ((3, 6, 6), torch.float64)]:
-        label = f"W {shape} {dt(dtype)}, columns of lengths 0.1 to 10"
+        label = f"W {shape} {dt(dtype)}, not orthonormal (singular values 0.1 to 10)"
         s.case(label)
         W = basis(g, *shape, dtype=dtype)
         Q, _ = torch.linalg.qr(W.double())
@@ -544,7 +546,8 @@ def score_cases(g):
     """(label, s, H): s (B, d), H (B, T, d); B = 1 and T = 1 included, float64 once."""
     for B, T, d, dtype in [(4, 7, 16, torch.float32), (1, 1, 4, torch.float32), (3, 5, 8, torch.float64),
                            (2, 9, 6, torch.float32), (1, 6, 5, torch.float32)]:
-        yield f"s ({B}, {d}), H ({B}, {T}, {d}), {dt(dtype)}", randn(g, B, d, dtype=dtype), randn(g, B, T, d, dtype=dtype)
+        yield (f"s ({B}, {d}), H ({B}, {T}, {d}), {dt(dtype)}", randn(g, B, d, dtype=dtype),
+               randn(g, B, T, d, dtype=dtype))
 
 
 def score_shapes(s, g, name, extra=lambda g, d, dtype: ()):
@@ -693,7 +696,8 @@ def location_properties(s, g):
                 oracle="alpha_location(s, W_loc)[:, perm]",
                 case=label + ": permuting the rows of W_loc permutes the weights (position t reads row t)")
     other = s.call("alpha_location", randn(g, 3, 6, dtype=torch.float64), W)
-    check_true(not torch.allclose(a, other), "the weights did not change with s: location attention is softmax(W_loc s)")
+    check_true(not torch.allclose(a, other),
+               "the weights did not change with s: location attention is softmax(W_loc s)")
     s.case("W_loc scaled by 1e3 (very sharp weights)")
     sharp = s.call("alpha_location", q, W * 1e3)
     check_close("alpha_location(s, 1e3 W_loc)", torch.softmax(q @ W.T * 1e3, -1), sharp, atol=1e-8,
@@ -734,7 +738,8 @@ def context_cases(g):
     mask, _ = padding_mask(g, 3, 6)
     yield ("scores (3, 6), H (3, 6, 4) float64, padding mask", randn(g, 3, 6, dtype=torch.float64),
            randn(g, 3, 6, 4, dtype=torch.float64), mask)
-    yield "scores (1, 1), H (1, 1, 5), one position", randn(g, 1, 1), randn(g, 1, 1, 5), torch.ones(1, 1, dtype=torch.bool)
+    yield ("scores (1, 1), H (1, 1, 5), one position", randn(g, 1, 1), randn(g, 1, 1, 5),
+           torch.ones(1, 1, dtype=torch.bool))
     mask, _ = padding_mask(g, 4, 8)
     mask[1] = torch.rand(8, generator=g) < 0.5
     mask[1, 3] = True
@@ -766,7 +771,8 @@ def context_values(s, g):
             raise Fail(f"padded positions get weights up to {alpha[~mask].abs().max().item():.3g}, "
                        f"expected exactly 0, {label}")
     for B, T, d, with_mask in [(6, 9, 16, True), (2, 5, 8, False)]:
-        label = f"scores = s^T h_j / sqrt(d), s ({B}, {d}), H ({B}, {T}, {d}), " + ("padding mask" if with_mask else "no mask")
+        label = f"scores = s^T h_j / sqrt(d), s ({B}, {d}), H ({B}, {T}, {d}), " + (
+            "padding mask" if with_mask else "no mask")
         s.case(label)
         q, H = randn(g, B, d), randn(g, B, T, d)
         mask = padding_mask(g, B, T)[0] if with_mask else None
@@ -814,12 +820,14 @@ def context_properties(s, g):
     junk_H = torch.where(mask[..., None], H, 1e3 * randn(g, B, T, d, dtype=torch.float64))
     junk_scores = torch.where(mask, scores, 50 + 10 * randn(g, B, T, dtype=torch.float64))
     c2, alpha2 = s.call("attention_context", junk_scores, junk_H, mask=mask)
-    check_close("alpha", alpha, alpha2, atol=1e-10, oracle="alpha before", case="what sits at padded positions must not change alpha")
+    check_close("alpha", alpha, alpha2, atol=1e-10, oracle="alpha before",
+                case="what sits at padded positions must not change alpha")
     check_close("c", c, c2, atol=1e-8, oracle="c before", case="what sits at padded positions must not change c")
     s.case(label + "; every score of a row shifted by the same constant")
     shift = 100 * randn(g, B, 1, dtype=torch.float64)
     _, alpha3 = s.call("attention_context", scores + shift, H, mask=mask)
-    check_close("alpha(scores + const)", alpha, alpha3, atol=1e-10, oracle="alpha(scores)", case="the softmax ignores a per-row constant")
+    check_close("alpha(scores + const)", alpha, alpha3, atol=1e-10, oracle="alpha(scores)",
+                case="the softmax ignores a per-row constant")
 
 
 # --- unroll_annotations -----------------------------------------------------------------------------
@@ -890,7 +898,8 @@ def spatial_values(s, g):
 def alpha_cases(g):
     for shape, dtype in [((4, 7), torch.float32), ((3, 12), torch.float64), ((1, 5), torch.float32),
                          ((2, 3, 6), torch.float32), ((4, 1), torch.float32)]:
-        yield f"alpha {shape} {dt(dtype)} (rows are softmax weights)", torch.softmax(randn(g, *shape, dtype=dtype) * 2, -1)
+        yield (f"alpha {shape} {dt(dtype)} (rows are softmax weights)",
+               torch.softmax(randn(g, *shape, dtype=dtype) * 2, -1))
 
 
 @CHECKS.check("hard_attention", "shapes")
