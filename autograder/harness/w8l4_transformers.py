@@ -12,7 +12,6 @@ Three runs, all on the same batches:
 The graded parts arrive as `parts` (student side) or `ref` (grader side); nothing here implements them.
 Shapes: B batch, T positions (L_MAX + 1 = 11 after padding), V vocabulary (13).
 """
-import math
 import time
 
 import numpy as np
