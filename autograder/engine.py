@@ -171,7 +171,13 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
                           device=device)
         isolated = sandbox.isolated
         try:
-            sandbox.start()
+            try:
+                sandbox.start()
+            except SandboxFailure as e:
+                if e.kind != "sandbox":
+                    raise
+                sandbox.close()
+                sandbox.start()  # the grader's own process failed to start: once more before blaming anyone
         except (SandboxFailure, StudentRaised) as e:
             code.error = f"the notebook's code could not be loaded: {e}"
             sandbox.close()

@@ -127,7 +127,7 @@ class Zygote:
         """Start a sandbox process with these pipe ends; returns its pid."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
-                ours, theirs = socket.socketpair()
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
                 self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno())],
                                              pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                              env=sandbox_env(), cwd="/")
