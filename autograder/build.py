@@ -125,7 +125,10 @@ def execute(path, timeout=900, allow_errors=False, env=None):
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
                             resources={"metadata": {"path": str(Path(path).parent)}})
-    client.execute(env=env) if env is not None else client.execute()
+    # the offline MNIST folder is the course's setting; the notebooks read it from this variable
+    env = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
+    env.setdefault("COURSE_MNIST_DIR", str(load_course().mnist_dir))
+    client.execute(env=env)
     return nb
 
 
