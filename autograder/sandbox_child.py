@@ -14,6 +14,7 @@ import time
 import traceback
 
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+MAX_ITEMS = 100_000  # entries of one list/dict sent back: far above any state_dict, below a runaway structure
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 38, 1
 
@@ -279,11 +280,11 @@ class Server:
         if v is None or isinstance(v, (bool, int, float, str)):
             return v if not isinstance(v, str) else v[:1000]
         if isinstance(v, tuple):
-            return {"tuple": [self.encode(x, out, depth + 1) for x in v[:64]]}
+            return {"tuple": [self.encode(x, out, depth + 1) for x in v[:MAX_ITEMS]]}
         if isinstance(v, list):
-            return {"list": [self.encode(x, out, depth + 1) for x in v[:64]]}
+            return {"list": [self.encode(x, out, depth + 1) for x in v[:MAX_ITEMS]]}
         if isinstance(v, dict):
-            return {"dict": {str(k): self.encode(x, out, depth + 1) for k, x in list(v.items())[:64]}}
+            return {"dict": {str(k): self.encode(x, out, depth + 1) for k, x in list(v.items())[:MAX_ITEMS]}}
         if isinstance(v, torch.nn.Module):
             h = f"h{len(self.objects)}"
             self.objects[h] = v

@@ -168,3 +168,13 @@ def test_tensors_come_back_as_data_with_their_device_and_dtype():
         assert not any(p.suffix == ".pkl" for p in sb.scratch.iterdir())
     finally:
         sb.close()
+
+
+def test_a_state_dict_longer_than_a_screen_comes_back_whole():
+    """A 2 + 2 layer Transformer has 89 state tensors: none may be dropped on the way back."""
+    sb = started(("many", "import torch\ndef many():\n    return [torch.full((2,), float(i)) for i in range(150)]\n"))
+    try:
+        out = ask(sb, "many")
+        assert len(out) == 150 and out[-1].tolist() == [149.0, 149.0]
+    finally:
+        sb.close()

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import solutions.w8l4_transformers as ref
-from autograder.checks import Fail, check_close, check_device, check_number, check_tensor, check_true, check_tuple
+from autograder.checks import Fail, check_close, check_number, check_tensor, check_true, check_tuple
 from autograder.engine import Registry
 from autograder.sandbox import Opaque, Remote, Seeded
 
@@ -426,7 +426,8 @@ def ff_shapes(s, g):
     s.case("FeedForward(16, 40)")
     m = s.new("FeedForward", 16, 40)
     state = s.state(m)
-    for key, shape in [("lin1.weight", (40, 16)), ("lin1.bias", (40,)), ("lin2.weight", (16, 40)), ("lin2.bias", (16,))]:
+    for key, shape in [("lin1.weight", (40, 16)), ("lin1.bias", (40,)), ("lin2.weight", (16, 40)),
+                       ("lin2.bias", (16,))]:
         check_tensor(key, torch.empty(shape), take(state, key, "FeedForward"))
     check_true(len(state) == 4, f"FeedForward(16, 40) has state {list(state)}, expected lin1 and lin2 only")
     for shape in [(2, 5, 16), (3, 2, 4, 16), (16,)]:
