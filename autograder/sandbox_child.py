@@ -49,6 +49,8 @@ def enter_sandbox(cfg):
         if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), "unshare failed")
         libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+        scratch = os.getcwd()
+        scratch_fd = os.open(scratch, os.O_PATH)  # before anything is hidden: it may sit inside a hidden folder
         keep = [(path, os.open(path, os.O_PATH)) for path in cfg["keep"] if os.path.isdir(path)]
         for path in cfg["hide"]:
             if not os.path.isdir(path):
@@ -62,13 +64,11 @@ def enter_sandbox(cfg):
         for _, fd in keep:
             os.close(fd)
         # A private /tmp with only this sandbox's scratch folder in it, at the same path.
-        scratch = os.getcwd()
-        fd = os.open(scratch, os.O_PATH)
         for tmp in ("/tmp", "/dev/shm", "/var/tmp"):
             if os.path.isdir(tmp):
                 libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777")
-        graft(libc, fd, scratch)
-        os.close(fd)
+        graft(libc, scratch_fd, scratch)
+        os.close(scratch_fd)
         os.chdir(scratch)
         for path in {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}:
             expose(libc, path)

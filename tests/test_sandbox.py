@@ -178,3 +178,13 @@ def test_a_state_dict_longer_than_a_screen_comes_back_whole():
         assert len(out) == 150 and out[-1].tolist() == [149.0, 149.0]
     finally:
         sb.close()
+
+
+def test_a_submission_folder_that_holds_the_scratch_space_can_still_be_hidden():
+    """A notebook straight in /tmp hides /tmp, where the sandbox's own scratch folder also lives."""
+    sb = Sandbox([Cell("ok", "def ok():\n    return 5\n", 0)], {}, LIMITS, hide=["/tmp"])
+    sb.start()
+    try:
+        assert ask(sb, "ok") == 5
+    finally:
+        sb.close()
