@@ -123,22 +123,42 @@ class Zygote:
         self.lock = threading.Lock()
         self.proc = None
 
-    def spawn(self, cfg, fds, status_r):
-        """Start a sandbox process with these pipe ends; returns its pid."""
-        with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
-                self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno())],
-                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                             env=sandbox_env(), cwd="/")
-                theirs.close()
-                self.sock = ours
-            socket.send_fds(self.sock, [json.dumps(cfg).encode()], fds)
-        ready, _, _ = select.select([status_r], [], [], STARTUP_SECONDS)
-        line = _read_line(status_r) if ready else ""
-        if not line.strip().isdigit():
-            raise SandboxFailure("sandbox", "the sandbox process could not be started")
-        return int(line)
+    def spawn(self, cfg):
+        """Start a sandbox process; returns (pid, (req_w, resp_r, out_r, status_r)), the grader's pipe ends."""
+        for attempt in (1, 2):  # a zygote that died since its last spawn is replaced once
+            (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w) = (os.pipe() for _ in range(4))
+            theirs = [req_r, resp_w, out_w, status_w]
+            try:
+                with self.lock:
+                    if self.proc is None or self.proc.poll() is not None:
+                        self._start()
+                    try:
+                        socket.send_fds(self.sock, [json.dumps(cfg).encode()], theirs)
+                    except OSError:
+                        pass  # the zygote went away between poll() and send: reading the pid below fails
+            finally:
+                for fd in theirs:  # the message holds its own copies: a zygote that dies means EOF, not a wait
+                    os.close(fd)
+            ready, _, _ = select.select([status_r], [], [], STARTUP_SECONDS)
+            line = _read_line(status_r) if ready else ""
+            if line.strip().isdigit():
+                return int(line), (req_w, resp_r, out_r, status_r)
+            for fd in (req_w, resp_r, out_r, status_r):
+                os.close(fd)
+            with self.lock:
+                try:  # a dying zygote closes its files a moment before it can be reaped
+                    self.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    break  # the zygote is alive and still could not start it: no point retrying
+        raise SandboxFailure("sandbox", "the sandbox process could not be started")
+
+    def _start(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
+        self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                     env=sandbox_env(), cwd="/")
+        theirs.close()
+        self.sock = ours
 
 
 ZYGOTE = Zygote()
@@ -200,10 +220,11 @@ class Sandbox:
         os.chmod(self.scratch, 0o700)
         cfg = {"isolate": self.isolated, "uid": self.uid, "hide": self.hide, "keep": kept_paths(),
                "scratch": str(self.scratch), "max_file_bytes": 512 * 2**20, "env": sandbox_env()}
-        (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w) = (os.pipe() for _ in range(4))
-        self.proc = ZYGOTE.spawn(cfg, [req_r, resp_w, out_w, status_w], status_r)
-        for fd in (req_r, resp_w, out_w, status_w):
-            os.close(fd)
+        try:
+            self.proc, (req_w, resp_r, out_r, status_r) = ZYGOTE.spawn(cfg)
+        except SandboxFailure:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
         self.req, self.resp_fd, self.status_fd, self.buf = os.fdopen(req_w, "w"), resp_r, status_r, b""
         self.tap = OutputTap(out_r, self.limits.output_kb * 1024)
         self.tap.start()

@@ -50,6 +50,9 @@ def enter_sandbox(cfg):
             raise OSError(ctypes.get_errno(), "unshare failed")
         libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
         scratch = os.getcwd()
+        # resolved now: the environment may be reached through a link inside a folder about to be hidden
+        python_dirs = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(sys.executable),
+                                                     os.path.dirname(os.path.realpath(sys.executable)))}
         scratch_fd = os.open(scratch, os.O_PATH)  # before anything is hidden: it may sit inside a hidden folder
         keep = [(path, os.open(path, os.O_PATH)) for path in cfg["keep"] if os.path.isdir(path)]
         for path in cfg["hide"]:
@@ -70,7 +73,7 @@ def enter_sandbox(cfg):
         graft(libc, scratch_fd, scratch)
         os.close(scratch_fd)
         os.chdir(scratch)
-        for path in {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}:
+        for path in python_dirs:
             expose(libc, path)
         libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -130,7 +133,8 @@ def zygote(control_fd):
     """
     import signal
     import socket
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # never outlive the grader
+    # No PR_SET_PDEATHSIG: it fires when the *thread* that started us ends (a batch worker), not the grader.
+    # The grader's end of the control socket closing (its exit, or its death) is what ends the loop below.
     import numpy, torch, safetensors.torch  # noqa: F401 -- imported once, shared copy-on-write
     os.environ["MPLBACKEND"] = "Agg"
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox

@@ -188,3 +188,35 @@ def test_a_submission_folder_that_holds_the_scratch_space_can_still_be_hidden():
         assert ask(sb, "ok") == 5
     finally:
         sb.close()
+
+
+def test_a_sandbox_starts_after_the_thread_that_started_the_zygote_has_ended():
+    """Batch workers are threads: the zygote must outlive the one that happened to start it."""
+    import threading
+    from autograder.sandbox import ZYGOTE
+    first = []
+    worker = threading.Thread(target=lambda: first.append(started(("setup_a", "x = 1"))))
+    worker.start()
+    worker.join()
+    first[0].close()
+    zygote = ZYGOTE.proc
+    time.sleep(0.5)
+    assert zygote.poll() is None, "the zygote died with the thread that started it"
+    t0 = time.monotonic()
+    sb = started(("setup_a", "x = 2"))
+    try:
+        assert Student(sb, "x", "cpu", time.monotonic() + 10).attr("x", "real") == 2
+    finally:
+        sb.close()
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_dead_zygote_is_replaced_at_the_next_start():
+    from autograder.sandbox import ZYGOTE
+    started(("setup_a", "x = 1")).close()
+    ZYGOTE.proc.kill()  # not yet reaped: the next start finds it dead, or fails to send and starts another
+    sb = started(("setup_a", "x = 3"))
+    try:
+        assert Student(sb, "x", "cpu", time.monotonic() + 10).attr("x", "real") == 3
+    finally:
+        sb.close()
