@@ -129,3 +129,22 @@ def parse_signature(text):
         name, _, default = part.strip().partition("=")
         out.append((name.strip(), default.strip() or None))
     return out
+
+
+# --- inputs and tolerances shared by the suites -----------------------------------------------
+
+def tol(s, dtype):
+    """Float64 is exact enough for 1e-10; float32 for 1e-5 on the CPU, looser where CUDA may use TF32."""
+    if dtype == torch.float64:
+        return 1e-10
+    return 1e-5 if s.device == "cpu" else 1e-3
+
+
+def randn(g, *shape, dtype=torch.float32):
+    """Standard normal inputs from the check's own generator `g`."""
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def int_seed(g):
+    """A seed for what the student's code builds (weights, data), drawn from the check's generator."""
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=g))

@@ -18,7 +18,7 @@ import autograder
 from autograder.checks import Fail, check_signature
 from autograder.config import CHECK_ORDER, ROOT, load_course
 from autograder.experiments import harness, reference_parts, resolve_device
-from autograder.notebook import Cell, load_student_code, names_used
+from autograder.notebook import Cell, fingerprint, load_student_code, names_used
 from autograder.sandbox import Remote, Sandbox, SandboxFailure, StudentRaised, encode
 
 CACHE = ROOT / ".grader" / "cache"
@@ -135,11 +135,15 @@ class Outcome:
         self.item, self.kind, self.max_score = item, kind, float(max_score)
         self.score, self.output, self.seconds = 0.0, "", 0.0
         self.not_implemented = False
+        self.extra = {}   # an experiment's measured metrics and the seed that gave them
 
     def as_test(self):
-        return {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
+        test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
                 "max_score": self.max_score, "status": "passed" if self.score >= self.max_score else "failed",
                 "output": self.output, "visibility": "visible", "seconds": round(self.seconds, 3)}
+        if self.extra:
+            test["extra_data"] = self.extra
+        return test
 
 
 def load_suite(aid):
@@ -319,8 +323,10 @@ def scratch_violation(item, spec, source):
 
 
 def experiment_key(code, aid, exp, seed, device):
-    blob = json.dumps([[c.grade_id, c.source] for c in code.cells], sort_keys=True)
-    blob += harness_sources(aid)[aid] + json.dumps(exp.cfg, sort_keys=True) + f"{seed}/{device}/{torch.__version__}"
+    """The cache key of one experiment run: the loaded code as it runs (not as laid out), harness, config, seed."""
+    blob = json.dumps([[c.grade_id, fingerprint(c.source)] for c in code.cells], sort_keys=True)
+    blob += harness_sources(aid)[aid] + inspect.getsource(importlib.import_module(f"solutions.{aid}"))
+    blob += json.dumps(exp.cfg, sort_keys=True) + f"{seed}/{device}/{torch.__version__}"
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -338,6 +344,8 @@ def run_experiment(course, assignment, exp, code, sandbox, ref, device, runnable
         cached = CACHE / f"{key}.json"
         if cached.exists() and os.environ.get("COURSE_NO_CACHE") != "1":
             metrics, failures = json.loads(cached.read_text())
+            if metrics is not None:  # thresholds are judged now: course.yaml may have changed since
+                failures = exp.failures(metrics)
         else:
             metrics, failures = _train_and_evaluate(spec, exp, sandbox, ref, seed, device, limits)
             if metrics is not None or failures and "time limit" not in failures[0]:
@@ -346,6 +354,7 @@ def run_experiment(course, assignment, exp, code, sandbox, ref, device, runnable
         shown = ", ".join(f"{k} {v:.4g}" + (f" (lecture {exp.lecture[k]:g})" if k in exp.lecture else "")
                           for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
         lines.append(f"seed {seed}: {shown or 'no metrics'}" + ("" if not failures else " -- " + "; ".join(failures)))
+        outcome.extra = {"experiment": exp.name, "seed": seed, "metrics": metrics or {}}
         if metrics is not None and not failures:
             outcome.score = outcome.max_score
             break

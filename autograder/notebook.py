@@ -86,16 +86,29 @@ def load_student_code(path, items):
     return extract(nb, items)
 
 
-def names_used(source):
-    """Every bare name and attribute name in `source` (for the from-scratch rule); None if it does not parse."""
+def parse(source):
+    """The cell's syntax tree, with %magics and !shell lines read as Python; None if it does not parse."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
-        source = TransformerManager().transform_cell(source)  # %magics and !shell lines as Python
+        source = TransformerManager().transform_cell(source)
     except ImportError:
         pass
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except SyntaxError:
+        return None
+
+
+def fingerprint(source):
+    """What the cell's code does, for caching: comments, blank lines and layout do not count."""
+    tree = parse(source)
+    return ast.dump(tree) if tree is not None else source
+
+
+def names_used(source):
+    """Every bare name and attribute name in `source` (for the from-scratch rule); None if it does not parse."""
+    tree = parse(source)
+    if tree is None:
         return None
     names = set()
     for node in ast.walk(tree):

@@ -1,11 +1,14 @@
-"""Show every experiment's measured figure beside the lecture's at the end of the run, even without -s."""
+"""Shared fixtures, and every experiment's measured figure beside the lecture's at the end of the run."""
+import nbformat
+import pytest
+
 FIGURES = []
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call" and report.passed:
-        FIGURES.extend(line for line in report.capstdout.splitlines()
-                       if line.startswith("EXPERIMENT") or "(lecture " in line)
+    # setup too: a session fixture that trains prints its figures while the first test using it is set up
+    if report.when in ("setup", "call") and report.passed:
+        FIGURES.extend(line for line in report.capstdout.splitlines() if line.startswith("EXPERIMENT"))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -13,3 +16,40 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("experiments: measured (lecture figure, threshold)")
         for line in FIGURES:
             terminalreporter.write_line(line)
+
+
+def experiment_lines(aid, result):
+    """'EXPERIMENT aid.name: ...' for each experiment in a graded result, as `course experiments` prints them."""
+    from autograder.config import load_course
+    from autograder.experiments import ExperimentResult, format_row
+    assignment = load_course().assignment(aid)
+    for test in result["tests"]:
+        data = test.get("extra_data", {})
+        if "experiment" in data:
+            exp = assignment.experiments[data["experiment"]]
+            row = ExperimentResult(aid, exp.name, data["metrics"], exp.failures(data["metrics"]),
+                                   test["seconds"], data["seed"])
+            yield f"EXPERIMENT {format_row(exp, row)} (graded: {test['score']:g}/{test['max_score']:g})"
+
+
+@pytest.fixture(scope="session")
+def graded_solutions(tmp_path_factory):
+    """Each assignment's complete submission (release + reference bodies), graded once with experiments.
+
+    The experiments' results land in the grader's cache, so later gradings of the same code (the solved
+    notebook, the nbgrader round trip) reuse them instead of training again.
+    """
+    from autograder.config import load_course
+    from autograder.engine import grade_notebook
+    from autograder.examples import release_notebook, solved_sources, with_cells
+    folder = tmp_path_factory.mktemp("solutions")
+    out = {}
+    for aid in load_course().assignments:
+        path = folder / f"{aid}.ipynb"
+        nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
+        out[aid] = grade_notebook(path, aid, device="cpu")
+        print(f"\nsolution of {aid}: {out[aid]['score']}/{out[aid]['max_score']} in "
+              f"{out[aid]['extra_data']['seconds']} s")
+        for line in experiment_lines(aid, out[aid]):
+            print(line)
+    return out

@@ -1,6 +1,5 @@
 """Meta-tests of the grader: the solution scores 100%, the stubs 0, planted mistakes lose points where they are."""
 import importlib
-import json
 
 import nbformat
 import pytest
@@ -72,22 +71,6 @@ def rounds(aid):
                 reach |= mine
         out.append(taken)
         pending = rest
-    return out
-
-
-@pytest.fixture(scope="session")
-def graded_solutions(tmp_path_factory):
-    """Each assignment's complete submission (release + reference bodies), graded once with experiments."""
-    folder = tmp_path_factory.mktemp("solutions")
-    out = {}
-    for aid in AIDS:
-        nb = with_cells(release_notebook(aid), solved_sources(aid))
-        out[aid] = grade_notebook(write(nb, folder / f"{aid}.ipynb"), aid, device="cpu")
-        print(f"\nsolution of {aid}: {out[aid]['score']}/{out[aid]['max_score']} in "
-              f"{out[aid]['extra_data']['seconds']} s")
-        for t in out[aid]["tests"]:
-            if "experiment" in t["name"]:
-                print(f"  {t['name']}: {t['output']}")
     return out
 
 

@@ -579,56 +579,20 @@ def test_mha_cost_formula_and_constant_cost_line():
 
 
 # ---------------------------------------------------------------------------------------------- experiments
-_RESULTS = {}
+# reverse_transformer and no_causal_mask are graded: grading the reference solution trains them through the
+# sandbox (tests/test_grading.py, the graded_solutions fixture). The GRU baseline is ungraded and lives here.
 
-
-def _run(name):
-    """run_reference once per experiment and session (the GRU comparison reuses the transformer's run)."""
+@pytest.mark.experiment
+def test_experiment_gru_baseline(graded_solutions):
     from autograder.config import load_course
-    from autograder.experiments import run_reference
-    exp = load_course().assignment("w8l4_transformers").experiments[name]
-    if name not in _RESULTS:
-        _RESULTS[name] = run_reference("w8l4_transformers", name, device="cpu")
-    return exp, _RESULTS[name]
-
-
-def _line(name, result, key, exp, extra=""):
-    thr = exp.threshold.get(key)
-    lec = exp.lecture.get(key)
-    return (f"EXPERIMENT w8l4_transformers.{name}: {key} {result.metrics[key]:.3f} "
-            f"(lecture {lec if lec is not None else 'n/a'}, threshold {thr}){extra} "
-            f"in {result.seconds:.1f} s, seed {result.seed}, {result.history.get('steps')} steps")
-
-
-@pytest.mark.experiment
-def test_experiment_reverse_transformer():
-    exp, r = _run("reverse_transformer")
-    print()
-    print(_line("reverse_transformer", r, "greedy_token_acc", exp))
-    print(_line("reverse_transformer", r, "seq_acc_L8", exp,
-                f", token/seq at L=10 {r.metrics['token_acc_L10']:.3f}/{r.metrics['seq_acc_L10']:.3f} "
-                f"(lecture {exp.lecture.get('token_acc_L10')}/{exp.lecture.get('seq_acc_L10')})"))
-    assert r.passed, r.failures
-
-
-@pytest.mark.experiment
-def test_experiment_no_causal_mask():
-    exp, r = _run("no_causal_mask")
-    print()
-    print(_line("no_causal_mask", r, "teacher_forced_acc_L8", exp))
-    print(_line("no_causal_mask", r, "free_running_acc_L8", exp))
-    assert r.passed, r.failures
-
-
-@pytest.mark.experiment
-def test_experiment_gru_baseline():
-    exp, r = _run("gru_baseline")
-    _, r_tf = _run("reverse_transformer")
-    m, tf_L10 = r.metrics, r_tf.metrics["token_acc_L10"]
-    print()
-    print(_line("gru_baseline", r, "token_acc_L10", exp,
-                f", transformer {tf_L10:.3f} (lecture {exp.lecture['transformer_token_acc_L10']}, "
-                f"early-stopped after {r_tf.history.get('steps')} steps)"))
+    from autograder.experiments import format_row, run_reference
+    exp = load_course().assignment("w8l4_transformers").experiments["gru_baseline"]
+    r = run_reference("w8l4_transformers", "gru_baseline", device="cpu")
+    transformer = next(t["extra_data"]["metrics"] for t in graded_solutions["w8l4_transformers"]["tests"]
+                       if t.get("extra_data", {}).get("experiment") == "reverse_transformer")
+    m, tf_L10 = r.metrics, transformer["token_acc_L10"]
+    print(f"\nEXPERIMENT {format_row(exp, r)}; transformer {tf_L10:.3f} "
+          f"(lecture {exp.lecture['transformer_token_acc_L10']})")
     print("  GRU token accuracy by length: " + "  ".join(f"L={L}: {m[f'token_acc_L{L}']:.2f}" for L in range(3, 11)))
     assert r.passed, r.failures
     assert m["token_acc_L3"] > m["token_acc_L10"], "the bottleneck should cost accuracy as L grows"

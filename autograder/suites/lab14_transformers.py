@@ -6,27 +6,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import solutions.lab14_transformers as ref
-from autograder.checks import Fail, check_close, check_device, check_tensor, check_true, check_tuple
+from autograder.checks import (Fail, check_close, check_device, check_tensor, check_true,
+                              check_tuple, int_seed, randn, tol)
 from autograder.engine import Registry
 from autograder.sandbox import Fresh, Remote
 
 CHECKS = Registry()
 HEAD_DIMS = ("batch", "head", "query", "col")
-
-
-def tol(s, dtype):
-    """Float64 is exact enough for 1e-10; float32 for 1e-5 on the CPU, looser where CUDA may use TF32."""
-    if dtype == torch.float64:
-        return 1e-10
-    return 1e-5 if s.device == "cpu" else 1e-3
-
-
-def randn(g, *shape, dtype=torch.float32):
-    return torch.randn(*shape, generator=g, dtype=dtype)
-
-
-def int_seed(g):
-    return int(torch.randint(0, 2**31 - 1, (1,), generator=g))
 
 
 # --- scaled_dot_product_attention ---------------------------------------------------------------

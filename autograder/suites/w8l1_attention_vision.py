@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from sklearn.decomposition import PCA
 
 import solutions.w8l1_attention_vision as ref
-from autograder.checks import Fail, check_close, check_number, check_tensor, check_true, check_tuple
+from autograder.checks import (Fail, check_close, check_number, check_tensor, check_true,
+                              check_tuple, int_seed, randn, tol)
 from autograder.engine import Registry
 from autograder.sandbox import Remote, Seeded
 
@@ -25,26 +26,11 @@ CHECKS = Registry()
 SCORE_DIMS = ("batch", "position")
 
 
-def tol(s, dtype):
-    """Float64 is exact enough for 1e-10; float32 for 1e-5 on the CPU, looser where CUDA may use TF32."""
-    if dtype == torch.float64:
-        return 1e-10
-    return 1e-5 if s.device == "cpu" else 1e-3
-
-
 def loose(s, dtype):
     """For decompositions (SVD, QR) and recurrences: float64 1e-8, float32 1e-4 (1e-3 on CUDA)."""
     if dtype == torch.float64:
         return 1e-8
     return 1e-4 if s.device == "cpu" else 1e-3
-
-
-def randn(g, *shape, dtype=torch.float32):
-    return torch.randn(*shape, generator=g, dtype=dtype)
-
-
-def int_seed(g):
-    return int(torch.randint(0, 2**31 - 1, (1,), generator=g))
 
 
 def dt(dtype):

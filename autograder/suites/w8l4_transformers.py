@@ -12,7 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import solutions.w8l4_transformers as ref
-from autograder.checks import Fail, check_close, check_number, check_tensor, check_true, check_tuple
+from autograder.checks import (Fail, check_close, check_number, check_tensor, check_true,
+                              check_tuple, randn, tol)
 from autograder.engine import Registry
 from autograder.sandbox import Opaque, Remote, Seeded
 
@@ -23,20 +24,9 @@ SEQ_DIMS = ("batch", "position", "col")
 BOS, EOS, PAD, VOCAB, N_DIGITS = ref.BOS, ref.EOS, ref.PAD, ref.VOCAB, ref.N_DIGITS
 
 
-def tol(s, dtype):
-    """Float64 is exact enough for 1e-10; float32 for 1e-5 on the CPU, looser where CUDA may use TF32."""
-    if dtype == torch.float64:
-        return 1e-10
-    return 1e-5 if s.device == "cpu" else 1e-3
-
-
 def gtol(s):
     """Float32 gradients: 1e-4 on the CPU, looser on CUDA (TF32 may be on in the student's process)."""
     return 1e-4 if s.device == "cpu" else 5e-3
-
-
-def randn(g, *shape, dtype=torch.float32):
-    return torch.randn(*shape, generator=g, dtype=dtype)
 
 
 def randint(g, lo, hi):
