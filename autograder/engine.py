@@ -9,6 +9,7 @@ import importlib
 import inspect
 import json
 import platform
+import threading
 import time
 from pathlib import Path
 
@@ -330,6 +331,24 @@ def experiment_key(code, aid, exp, seed, device):
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def cache_read(key):
+    """A cached [metrics, failures], or None (missing, unreadable, or the cache turned off)."""
+    if os.environ.get("COURSE_NO_CACHE") == "1":
+        return None
+    try:
+        return json.loads((CACHE / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def cache_write(key, value):
+    """Write whole or not at all: graders running side by side may read the same key."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = CACHE / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, CACHE / f"{key}.json")
+
+
 def run_experiment(course, assignment, exp, code, sandbox, ref, device, runnable=True):
     """Train in the sandbox with the student's parts, evaluate here with the reference's; second seed on a miss."""
     outcome = Outcome(exp.item, f"experiment {exp.name}", exp.points)
@@ -341,16 +360,15 @@ def run_experiment(course, assignment, exp, code, sandbox, ref, device, runnable
     lines, t0 = [], time.monotonic()
     for seed in exp.seeds:
         key = experiment_key(code, assignment.id, exp, seed, device)
-        cached = CACHE / f"{key}.json"
-        if cached.exists() and os.environ.get("COURSE_NO_CACHE") != "1":
-            metrics, failures = json.loads(cached.read_text())
+        cached = cache_read(key)
+        if cached is not None:
+            metrics, failures = cached
             if metrics is not None:  # thresholds are judged now: course.yaml may have changed since
                 failures = exp.failures(metrics)
         else:
             metrics, failures = _train_and_evaluate(spec, exp, sandbox, ref, seed, device, limits)
             if metrics is not None or failures and "time limit" not in failures[0]:
-                CACHE.mkdir(parents=True, exist_ok=True)
-                cached.write_text(json.dumps([metrics, failures]))
+                cache_write(key, [metrics, failures])
         shown = ", ".join(f"{k} {v:.4g}" + (f" (lecture {exp.lecture[k]:g})" if k in exp.lecture else "")
                           for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
         lines.append(f"seed {seed}: {shown or 'no metrics'}" + ("" if not failures else " -- " + "; ".join(failures)))

@@ -5,6 +5,7 @@ output cut at a size, and on any breach every process of the sandbox's own uid i
 student started outlives its item. A request that times out, crashes or blows memory restarts the process
 (reloading the notebook's cells) for the next item.
 """
+import fcntl
 import json
 import os
 import select
@@ -25,6 +26,7 @@ from autograder.config import ROOT
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 UID_BASE, UID_SPAN = 200000, 50000
+UID_LEASES = Path(tempfile.gettempdir()) / "course-sandbox-uids"   # one flock per uid in use
 STARTUP_SECONDS = 300  # the process importing torch before any student code runs: not the student's time
 
 
@@ -56,20 +58,41 @@ def kept_paths():
     return sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
 
 
-def _free_uid():
-    used = set()
+def _lease_uid():
+    """(uid, lease): a uid no live process has, held by an flock for the sandbox's life.
+
+    The lease is what keeps two graders (or two batch workers) from picking the same uid at the same moment:
+    the sandbox is killed by uid, so a shared uid would let one grader kill another's student.
+    """
+    UID_LEASES.mkdir(mode=0o700, exist_ok=True)
+    used = _uids_in_use()
+    start = (os.getpid() * 7919 + time.monotonic_ns()) % UID_SPAN
+    for k in range(UID_SPAN):
+        uid = UID_BASE + (start + k) % UID_SPAN
+        if uid in used:
+            continue
+        lease = open(UID_LEASES / str(uid), "w")
+        try:
+            fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lease.close()
+            continue
+        if uid in _uids_in_use():  # started by a grader between our /proc scan and the lease
+            lease.close()
+            continue
+        return uid, lease
+    raise SandboxFailure("sandbox", "no free uid for the sandbox")
+
+
+def _uids_in_use():
+    out = set()
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                used.add(d.stat().st_uid)
+                out.add(d.stat().st_uid)
             except OSError:
                 pass
-    start = UID_BASE + (os.getpid() * 7919 + time.monotonic_ns()) % UID_SPAN
-    for k in range(UID_SPAN):
-        uid = UID_BASE + (start - UID_BASE + k) % UID_SPAN
-        if uid not in used:
-            return uid
-    raise SandboxFailure("sandbox", "no free uid for the sandbox")
+    return out
 
 
 def pids_of_uid(uid):
@@ -214,7 +237,7 @@ class Sandbox:
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self):
         self.scratch = Path(tempfile.mkdtemp(prefix="course-sandbox-"))
-        self.uid = _free_uid() if self.isolated else os.getuid()
+        self.uid, self.lease = _lease_uid() if self.isolated else (os.getuid(), None)
         if self.isolated:
             os.chown(self.scratch, self.uid, self.uid)
         os.chmod(self.scratch, 0o700)
@@ -224,6 +247,7 @@ class Sandbox:
             self.proc, (req_w, resp_r, out_r, status_r) = ZYGOTE.spawn(cfg)
         except SandboxFailure:
             shutil.rmtree(self.scratch, ignore_errors=True)
+            self._release_uid()
             raise
         self.req, self.resp_fd, self.status_fd, self.buf = os.fdopen(req_w, "w"), resp_r, status_r, b""
         self.tap = OutputTap(out_r, self.limits.output_kb * 1024)
@@ -290,6 +314,13 @@ class Sandbox:
                 pass
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.proc = None
+        self._release_uid()
+
+    def _release_uid(self):
+        """Give the uid back once nothing of it is alive (killed above)."""
+        if getattr(self, "lease", None) is not None:
+            self.lease.close()
+            self.lease = None
 
     def close(self):
         self.kill()

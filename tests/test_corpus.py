@@ -7,13 +7,11 @@ Limits are shortened for the corpus (item 6 s, setup 8 s) so that hangs cost sec
 import copy
 import json
 import re
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder.build import item_cell
 from autograder.config import ROOT, load_course
 from autograder.engine import grade_notebook
 from autograder.examples import release_notebook, solved_sources, with_cells
@@ -287,7 +285,6 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
     edit(nb, folder)
     path = folder / (file_name or f"{AID}.ipynb")
     nbformat.write(nb, path)
-    t0 = time.monotonic()
     result = grade_notebook(path, AID, device="cpu", experiments=experiments, limits=limits)
     got = {item: (score, max_score) for item, (score, max_score, _) in item_summary(result).items()}
     expected = {item: POINTS[item] - lost.get(item, 0) for item in POINTS}
@@ -303,6 +300,6 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
     assert all(len(t["output"]) < 2000 for t in result["tests"]), "feedback must stay short"
     assert not Path("/tmp/pwned-by-corpus").exists()
     assert not (ROOT / "release" / "x.txt").exists() and not (ROOT / ".grader" / "cache" / "x.json").exists()
-    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 600"], \
-        "a process the submission started outlived its grading"
-    assert time.monotonic() - t0 < 120
+    if "['sleep', '600']" in json.dumps(nb):  # only this case starts one (others may run beside it)
+        assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 600"], \
+            "a process the submission started outlived its grading"

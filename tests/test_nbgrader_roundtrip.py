@@ -15,7 +15,6 @@ from autograder.build import HIDDEN_BEGIN, run_nbgrader
 from autograder.config import ROOT, load_course
 from autograder.engine import grade_notebook
 from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.notebook import nbgrader_meta
 
 pytestmark = pytest.mark.grading
 COURSE = load_course()

@@ -1,5 +1,4 @@
 """The sandbox holds: hidden files, no network, time and memory limits, capped output, nothing outlives it."""
-import os
 import time
 
 import pytest
@@ -220,3 +219,18 @@ def test_a_dead_zygote_is_replaced_at_the_next_start():
         assert Student(sb, "x", "cpu", time.monotonic() + 10).attr("x", "real") == 3
     finally:
         sb.close()
+
+
+def test_two_sandboxes_never_share_a_uid(monkeypatch):
+    """The kill is by uid, so each sandbox leases its own: even when every pick starts at the same place."""
+    import autograder.sandbox as sandbox
+    monkeypatch.setattr(sandbox.time, "monotonic_ns", lambda: 0)
+    leases = [sandbox._lease_uid() for _ in range(20)]
+    try:
+        assert len({uid for uid, _ in leases}) == 20
+    finally:
+        for _, lease in leases:
+            lease.close()
+    uid, lease = sandbox._lease_uid()
+    lease.close()
+    assert uid == leases[0][0], "a released uid is free again"

@@ -6,8 +6,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import solutions.lab14_transformers as ref
-from autograder.checks import (Fail, check_close, check_device, check_tensor, check_true,
-                              check_tuple, int_seed, randn, tol)
+from autograder.checks import (Fail, check_close, check_tensor, check_true, check_tuple,
+                              int_seed, randn, tol)
 from autograder.engine import Registry
 from autograder.sandbox import Fresh, Remote
 

@@ -833,7 +833,7 @@ def batch_properties(s, g):
     counts = torch.bincount(digits, minlength=N_DIGITS).double() / digits.numel()
     check_true(bool((counts - 0.1).abs().max() < 0.03), f"digit frequencies {[round(c, 3) for c in counts.tolist()]}, "
                                                       f"expected about 0.1 each (uniform digits)")
-    s.case(f"make_batch(8, 6, 6, gen): every row of length 6")
+    s.case("make_batch(8, 6, 6, gen): every row of length 6")
     src6, tgt_in6, tgt6, lens6 = check_batch(s.call("make_batch", 8, 6, 6, Seeded(seed + 1)), 8, 6, 6)
     check_true(bool((lens6 == 6).all()), f"lens is {lens6.tolist()} with L_min = L_max = 6")
     for b in range(8):
