@@ -7,7 +7,10 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+import torch
+
 from autograder.engine import grade_notebook
+from autograder.sandbox import threads_per_worker
 
 
 def find_submissions(paths, aid):
@@ -42,10 +45,10 @@ def atomic_write(path, text):
     os.replace(tmp, path)
 
 
-def grade_one(name, notebook, aid, items, device, results_dir):
+def grade_one(name, notebook, aid, items, device, results_dir, threads=None):
     """Grade one submission under a lock; reuse a finished result from an earlier run."""
     if results_dir is None:
-        return _grade(name, notebook, aid, items, device)
+        return _grade(name, notebook, aid, items, device, threads)
     out = results_dir / f"{name}.json"
     lock = open(results_dir / f"{name}.lock", "w")
     try:
@@ -55,16 +58,16 @@ def grade_one(name, notebook, aid, items, device, results_dir):
             fcntl.flock(lock, fcntl.LOCK_EX)  # another grader has it: wait, then take its result
         if out.exists():
             return json.loads(out.read_text())
-        result = _grade(name, notebook, aid, items, device)
+        result = _grade(name, notebook, aid, items, device, threads)
         atomic_write(out, json.dumps(result, indent=1))
         return result
     finally:
         lock.close()
 
 
-def _grade(name, notebook, aid, items, device):
+def _grade(name, notebook, aid, items, device, threads=None):
     try:
-        return grade_notebook(notebook, aid, items=items, device=device)
+        return grade_notebook(notebook, aid, items=items, device=device, threads=threads)
     except Exception as e:  # a grader bug on one submission must not stop the batch
         traceback.print_exc(file=sys.stderr)
         return failed_result(aid, name, f"the grader failed on this submission ({type(e).__name__}: {e}); "
@@ -77,11 +80,19 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
         results_dir = Path(results_dir)
         results_dir.mkdir(parents=True, exist_ok=True)
     results = {}
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir): name for name, nb in submissions}
-        for done, future in enumerate(as_completed(futures), 1):
-            name = futures[future]
-            results[name] = future.result()
-            if progress:
-                progress(done, len(futures), name, results[name])
+    threads = threads_per_worker(workers)
+    own_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)  # the grader's own reference computations share the cores too
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir, threads): name
+                       for name, nb in submissions}
+            for done, future in enumerate(as_completed(futures), 1):
+                name = futures[future]
+                results[name] = future.result()
+                if progress:
+                    progress(done, len(futures), name, results[name])
+    finally:
+        torch.set_num_threads(own_threads)
     return [(name, results[name]) for name, _ in submissions]

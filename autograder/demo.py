@@ -1,30 +1,21 @@
 """The main job end to end: build the release, make example submissions, grade them, print the table."""
+import shutil
 import time
 
 from autograder.batch import grade_batch
 from autograder.build import ReleaseError, release
 from autograder.config import ROOT, load_course
 from autograder.examples import write_examples
-from autograder.report import grade_table, lost_points
+from autograder.report import experiment_lines, grade_table, lost_points
 
 DEMO = ROOT / "build" / "demo"
-
-
-def experiment_lines(result):
-    """The experiments' measured figures beside the lecture's, from a graded result."""
-    lines = []
-    for test in result["tests"]:
-        if test["name"].split(": ", 1)[-1].startswith("experiment"):
-            first, *rest = test["output"].splitlines()
-            lines.append(f"  {test['name']} ({test['score']:g}/{test['max_score']:g}) {first}")
-            lines += [f"      {r}" for r in rest]
-    return lines
 
 
 def demo(device="auto", workers=2):
     """Release -> examples -> grade -> table, for every assignment; 0 when everything ran."""
     course = load_course()
     t0 = time.time()
+    shutil.rmtree(DEMO / "results", ignore_errors=True)  # a fresh grading every run (the experiment cache stays)
     print("1. Building the student release with nbgrader and checking it for leaks ...", flush=True)
     try:
         release(out_root=DEMO / "release")
@@ -47,7 +38,7 @@ def demo(device="auto", workers=2):
                 print(f"  {name}: {extra.strip()}")
         complete = dict(rows)["complete"]
         print("  experiments of the complete submission (measured by the grader's loop, lecture figure beside):")
-        print("\n".join(experiment_lines(complete)))
+        print("\n".join(f"    {line}" for line in experiment_lines(aid, complete)))
         print(f"  graded in {time.time() - t1:.0f} s\n", flush=True)
     print(f"Demo finished in {time.time() - t0:.0f} s. Results (results.json per submission): {DEMO / 'results'}")
     return 0

@@ -155,10 +155,12 @@ def harness_sources(aid):
     return {aid: inspect.getsource(harness(aid))}
 
 
-def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, experiments=True, limits=None):
+def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, experiments=True, limits=None,
+                   threads=None):
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
-    `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}).
+    `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
+    student's process's CPU threads (set when several submissions are graded at once).
     """
     course = load_course()
     if limits:
@@ -173,7 +175,7 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
     outcomes, sandbox, isolated = [], None, None
     if not code.error:
         sandbox = Sandbox(code.cells, harness_sources(aid), course.limits_for(aid), hide=[Path(path).parent, *hide],
-                          device=device)
+                          device=device, threads=threads)
         isolated = sandbox.isolated
         try:
             try:

@@ -44,3 +44,19 @@ def write_csv(path, rows, items):
         for student, result in rows:
             by_item = item_summary(result)
             w.writerow([student, *[by_item.get(i, (0, 0, []))[0] for i in items], result["score"], result["max_score"]])
+
+
+def experiment_lines(aid, result):
+    """One line per experiment of a graded result: measured figures beside the lecture's, the bound, the score."""
+    from autograder.config import load_course
+    from autograder.experiments import ExperimentResult, format_row
+    assignment = load_course().assignment(aid)
+    lines = []
+    for test in result["tests"]:
+        data = test.get("extra_data", {})
+        if "experiment" in data:
+            exp = assignment.experiments[data["experiment"]]
+            row = ExperimentResult(aid, exp.name, data["metrics"], exp.failures(data["metrics"]),
+                                   test["seconds"], data["seed"])
+            lines.append(f"{format_row(exp, row)} (graded: {test['score']:g}/{test['max_score']:g})")
+    return lines

@@ -120,12 +120,26 @@ def rss_bytes(pids):
     return total
 
 
-def sandbox_env():
+def threads_per_worker(workers):
+    """CPU threads for each of `workers` sandboxes running at once (None: one sandbox, torch's default).
+
+    Two processes that each run torch's default of one thread per core on the same cores do not share them:
+    OpenMP's spinning threads fight, and a 20 s training took over ten minutes here. So the cores are split.
+    """
+    if workers <= 1:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // workers)
+
+
+def sandbox_env(threads=None):
     """The student's environment: nothing of the grader's but locale, threads and the visible GPUs."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
                                                          "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                          "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
 
 
@@ -223,9 +237,9 @@ class OutputTap(threading.Thread):
 class Sandbox:
     """One student's process: start, request, and kill; restarts itself after a failure."""
 
-    def __init__(self, cells, harness_sources, limits, hide=(), device="cpu"):
+    def __init__(self, cells, harness_sources, limits, hide=(), device="cpu", threads=None):
         self.cells, self.harness_sources = cells, harness_sources
-        self.limits, self.device = limits, device
+        self.limits, self.device, self.threads = limits, device, threads
         self.isolated = can_isolate()
         self.hide = hidden_paths(hide) if self.isolated else []
         self.proc = None
@@ -242,7 +256,8 @@ class Sandbox:
             os.chown(self.scratch, self.uid, self.uid)
         os.chmod(self.scratch, 0o700)
         cfg = {"isolate": self.isolated, "uid": self.uid, "hide": self.hide, "keep": kept_paths(),
-               "scratch": str(self.scratch), "max_file_bytes": 512 * 2**20, "env": sandbox_env()}
+               "scratch": str(self.scratch), "max_file_bytes": 512 * 2**20, "env": sandbox_env(self.threads),
+               "threads": self.threads}
         try:
             self.proc, (req_w, resp_r, out_r, status_r) = ZYGOTE.spawn(cfg)
         except SandboxFailure:

@@ -18,20 +18,6 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
-def experiment_lines(aid, result):
-    """'EXPERIMENT aid.name: ...' for each experiment in a graded result, as `course experiments` prints them."""
-    from autograder.config import load_course
-    from autograder.experiments import ExperimentResult, format_row
-    assignment = load_course().assignment(aid)
-    for test in result["tests"]:
-        data = test.get("extra_data", {})
-        if "experiment" in data:
-            exp = assignment.experiments[data["experiment"]]
-            row = ExperimentResult(aid, exp.name, data["metrics"], exp.failures(data["metrics"]),
-                                   test["seconds"], data["seed"])
-            yield f"EXPERIMENT {format_row(exp, row)} (graded: {test['score']:g}/{test['max_score']:g})"
-
-
 @pytest.fixture(scope="session")
 def graded_solutions(tmp_path_factory):
     """Each assignment's complete submission (release + reference bodies), graded once with experiments.
@@ -42,6 +28,7 @@ def graded_solutions(tmp_path_factory):
     from autograder.config import load_course
     from autograder.engine import grade_notebook
     from autograder.examples import release_notebook, solved_sources, with_cells
+    from autograder.report import experiment_lines
     folder = tmp_path_factory.mktemp("solutions")
     out = {}
     for aid in load_course().assignments:
@@ -51,5 +38,5 @@ def graded_solutions(tmp_path_factory):
         print(f"\nsolution of {aid}: {out[aid]['score']}/{out[aid]['max_score']} in "
               f"{out[aid]['extra_data']['seconds']} s")
         for line in experiment_lines(aid, out[aid]):
-            print(line)
+            print(f"EXPERIMENT {line}")
     return out

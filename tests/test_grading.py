@@ -74,7 +74,6 @@ def rounds(aid):
     return out
 
 
-@pytest.mark.xdist_group("graded_solutions")
 @pytest.mark.parametrize("aid", AIDS)
 def test_the_reference_solution_scores_full_marks(graded_solutions, aid):
     result = graded_solutions[aid]

@@ -12,21 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import solutions.lab14_transformers as ref
+from tests.tolerances import assert_close
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64]
-
-
-def tol(dtype, loose=False):
-    """(atol, rtol) for one comparison: float32 1e-5 (1e-4 when loose), float64 1e-10 (1e-9 when loose)."""
-    if dtype == torch.float64:
-        return (1e-9, 1e-9) if loose else (1e-10, 1e-10)
-    return (1e-4, 1e-4) if loose else (1e-5, 1e-5)
-
-
-def assert_close(a, b, dtype, loose=False):
-    atol, rtol = tol(dtype, loose)
-    torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
 
 
 def make_mask(kind, batch, S_q, S_k, gen):

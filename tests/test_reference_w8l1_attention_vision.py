@@ -19,22 +19,11 @@ import torch.nn.functional as F
 from sklearn.decomposition import PCA
 
 import solutions.w8l1_attention_vision as ref
+from tests.tolerances import assert_close
 
 AID = "w8l1_attention_vision"
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64]
-
-
-def tol(dtype, loose=False):
-    """(atol, rtol): float32 1e-5 (1e-4 when loose), float64 1e-10 (1e-8 when loose)."""
-    if dtype == torch.float64:
-        return (1e-8, 1e-8) if loose else (1e-10, 1e-10)
-    return (1e-4, 1e-4) if loose else (1e-5, 1e-5)
-
-
-def assert_close(a, b, dtype, loose=False):
-    atol, rtol = tol(dtype, loose)
-    torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
 
 
 def randn(*shape, gen, dtype, device, requires_grad=False):

@@ -583,7 +583,6 @@ def test_mha_cost_formula_and_constant_cost_line():
 # sandbox (tests/test_grading.py, the graded_solutions fixture). The GRU baseline is ungraded and lives here.
 
 @pytest.mark.experiment
-@pytest.mark.xdist_group("graded_solutions")
 def test_experiment_gru_baseline(graded_solutions):
     from autograder.config import load_course
     from autograder.experiments import format_row, run_reference

@@ -26,7 +26,6 @@ def test_source_notebooks_are_in_sync_with_solutions_and_course_yaml(aid):
     assert sync(aid, write=False) == [], f"run `course sync {aid}`: graded cells or points are out of date"
 
 
-@pytest.mark.xdist_group("regenerated_release")
 @pytest.mark.parametrize("aid", AIDS)
 def test_committed_release_is_what_nbgrader_generates_now(regenerated, aid):
     fresh = regenerated / aid / f"{aid}.ipynb"

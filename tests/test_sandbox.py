@@ -1,4 +1,5 @@
 """The sandbox holds: hidden files, no network, time and memory limits, capped output, nothing outlives it."""
+import os
 import time
 
 import pytest
@@ -234,3 +235,20 @@ def test_two_sandboxes_never_share_a_uid(monkeypatch):
     uid, lease = sandbox._lease_uid()
     lease.close()
     assert uid == leases[0][0], "a released uid is free again"
+
+
+def test_parallel_sandboxes_get_their_share_of_the_cores():
+    """With several submissions graded at once each sandbox runs torch on its share of the cores."""
+    from autograder.sandbox import threads_per_worker
+    cores = len(os.sched_getaffinity(0))
+    assert threads_per_worker(1) is None
+    assert threads_per_worker(2) == max(1, cores // 2)
+    assert threads_per_worker(4 * cores) == 1
+    sb = Sandbox([Cell("setup_t", "import os, torch\ndef threads():\n"
+                                  "    return torch.get_num_threads(), int(os.environ['OMP_NUM_THREADS'])\n", 0)],
+                 {}, LIMITS, threads=1)
+    sb.start()
+    try:
+        assert ask(sb, "threads") == (1, 1)
+    finally:
+        sb.close()
