@@ -59,7 +59,8 @@ def grade_one(name, notebook, aid, items, device, results_dir, threads=None):
         if out.exists():
             return json.loads(out.read_text())
         result = _grade(name, notebook, aid, items, device, threads)
-        atomic_write(out, json.dumps(result, indent=1))
+        if not result.get("extra_data", {}).get("grader_error"):  # a grader failure is retried on the next run
+            atomic_write(out, json.dumps(result, indent=1))
         return result
     finally:
         lock.close()

@@ -41,6 +41,11 @@ def cmd_grade(args):
         Path(args.json).write_text(json.dumps(payload, indent=1))
     if args.csv:
         write_csv(args.csv, rows, shown)
+    failed = [name for name, result in rows if result.get("extra_data", {}).get("grader_error")]
+    if failed:
+        print(f"the grader failed on {len(failed)} submission(s), not scored: {', '.join(failed)} (rerun them; "
+              f"with --results-dir only these are graded again)", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -15,6 +15,7 @@ def demo(device="auto", workers=2):
     """Release -> examples -> grade -> table, for every assignment; 0 when everything ran."""
     course = load_course()
     t0 = time.time()
+    failures = []
     shutil.rmtree(DEMO / "results", ignore_errors=True)  # a fresh grading every run (the experiment cache stays)
     print("1. Building the student release with nbgrader and checking it for leaks ...", flush=True)
     try:
@@ -36,9 +37,14 @@ def demo(device="auto", workers=2):
                 print(f"  {name}: {r}")
             if extra:
                 print(f"  {name}: {extra.strip()}")
+        failures += [f"{aid}/{name}: {result['output']}" for name, result in rows
+                     if result.get("extra_data", {}).get("grader_error")]
         complete = dict(rows)["complete"]
         print("  experiments of the complete submission (measured by the grader's loop, lecture figure beside):")
         print("\n".join(f"    {line}" for line in experiment_lines(aid, complete)))
         print(f"  graded in {time.time() - t1:.0f} s\n", flush=True)
     print(f"Demo finished in {time.time() - t0:.0f} s. Results (results.json per submission): {DEMO / 'results'}")
+    if failures:
+        print("The grader itself failed on: " + "; ".join(failures))
+        return 3
     return 0

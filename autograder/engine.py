@@ -26,6 +26,10 @@ CACHE = ROOT / ".grader" / "cache"
 NOT_IMPLEMENTED = "NotImplementedError"
 
 
+class GraderError(Exception):
+    """The grader itself could not grade (not the submission's doing): report it, score nothing, rerun."""
+
+
 def seed_for(*parts):
     """A check's input seed: fresh per course seed, item and check, the same every run."""
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:4], "big")
@@ -159,6 +163,9 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
                    threads=None):
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
+    Raises GraderError when the grader's own machinery fails (the sandbox cannot start), so that no one is
+    given a zero for it.
+
     `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
     student's process's CPU threads (set when several submissions are graded at once).
     """
@@ -185,7 +192,13 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
                     raise
                 sandbox.close()
                 sandbox.start()  # the grader's own process failed to start: once more before blaming anyone
-        except (SandboxFailure, StudentRaised) as e:
+        except SandboxFailure as e:
+            sandbox.close()
+            if e.kind == "sandbox":  # before any student code ran: the grader's failure, never a student's zero
+                raise GraderError(f"the sandbox could not be started on this machine: {e}") from e
+            code.error = f"the notebook's code could not be loaded: {e}"
+            sandbox = None
+        except StudentRaised as e:
             code.error = f"the notebook's code could not be loaded: {e}"
             sandbox.close()
             sandbox = None

@@ -63,12 +63,16 @@ def enter_sandbox(cfg):
                 if kept.startswith(path.rstrip("/") + "/"):
                     graft(libc, fd, kept)
             libc.mount(None, path.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-        for _, fd in keep:
-            os.close(fd)
-        # A private /tmp with only this sandbox's scratch folder in it, at the same path.
+        # A private /tmp with only this sandbox's scratch folder in it, at the same path (and the Python
+        # environment, when the course was checked out under /tmp).
         for tmp in ("/tmp", "/dev/shm", "/var/tmp"):
             if os.path.isdir(tmp):
                 libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777")
+                for kept, fd in keep:
+                    if kept.startswith(tmp + "/"):
+                        graft(libc, fd, kept)
+        for _, fd in keep:
+            os.close(fd)
         graft(libc, scratch_fd, scratch)
         os.close(scratch_fd)
         os.chdir(scratch)

@@ -106,3 +106,23 @@ def test_scores_do_not_depend_on_order_workers_or_repetition(tmp_path):
     from autograder.engine import grade_notebook
     scores = {grade_notebook(path, AID, items=items, device="cpu")["score"] for _ in range(5)}
     assert scores == {first[name]["score"]}
+
+
+def test_a_grader_failure_is_reported_as_such_and_retried_not_scored_zero(tmp_path, monkeypatch):
+    """When the sandbox cannot start (the machine's fault), nobody gets a zero: the result says the grader
+    failed, nothing is saved, and the next run grades the submission."""
+    import autograder.engine
+    from autograder.sandbox import SandboxFailure
+    subs = [(n, p) for n, p in find_submissions([make_batch(tmp_path / "subs", n=3)], AID) if n == "complete"]
+    real_start = autograder.engine.Sandbox.start
+
+    def broken(self):
+        raise SandboxFailure("sandbox", "could not enter the sandbox: (simulated)")
+    monkeypatch.setattr(autograder.engine.Sandbox, "start", broken)
+    [(name, result)] = grade_batch(subs, AID, items=ITEMS.split(","), device="cpu", results_dir=tmp_path / "r")
+    assert result["extra_data"]["grader_error"] and "sandbox could not be started" in result["output"]
+    assert not list((tmp_path / "r").glob("*.json")), "a grader failure must not be kept as a result"
+
+    monkeypatch.setattr(autograder.engine.Sandbox, "start", real_start)
+    [(name, result)] = grade_batch(subs, AID, items=ITEMS.split(","), device="cpu", results_dir=tmp_path / "r")
+    assert result["score"] == result["max_score"] > 0 and (tmp_path / "r" / f"{name}.json").exists()

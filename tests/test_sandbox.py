@@ -252,3 +252,22 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
         assert ask(sb, "threads") == (1, 1)
     finally:
         sb.close()
+
+
+def test_a_python_environment_under_tmp_stays_importable(monkeypatch):
+    """A course checked out under /tmp (its venv too): the private /tmp must still show the environment."""
+    import tempfile
+    import autograder.sandbox as sandbox
+    env = tempfile.mkdtemp(prefix="course-env-", dir="/tmp")
+    os.chmod(env, 0o755)
+    with open(os.path.join(env, "probe_module.py"), "w") as f:
+        f.write("VALUE = 42\n")
+    os.chmod(os.path.join(env, "probe_module.py"), 0o644)
+    original = sandbox.kept_paths
+    monkeypatch.setattr(sandbox, "kept_paths", lambda: sorted({*original(), env}))  # as a venv in /tmp would be
+    sb = started(("setup_env", f"import sys\nsys.path.append({env!r})\nimport probe_module\n"
+                               "def value():\n    return probe_module.VALUE\n"))
+    try:
+        assert ask(sb, "value") == 42
+    finally:
+        sb.close()
