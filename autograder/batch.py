@@ -1,7 +1,6 @@
 """Grade many submissions: in parallel, resumable, each result written the moment it is done."""
 import fcntl
 import json
-import os
 import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -9,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from autograder.engine import grade_notebook
+from autograder.engine import atomic_write, grade_notebook
 from autograder.sandbox import threads_per_worker
 
 
@@ -37,12 +36,6 @@ def failed_result(aid, name, reason):
     """A result for a submission the grader itself could not finish: zero, with the reason."""
     return {"score": 0.0, "max_score": 0.0, "output": reason, "visibility": "visible", "tests": [],
             "extra_data": {"assignment": aid, "notebook": name, "grader_error": True}}
-
-
-def atomic_write(path, text):
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def grade_one(name, notebook, aid, items, device, results_dir, threads=None):

@@ -356,12 +356,16 @@ def cache_read(key):
         return None
 
 
+def atomic_write(path, text):
+    """Write whole or not at all: graders (and their threads) running side by side may read the same file."""
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}-{threading.get_ident()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def cache_write(key, value):
-    """Write whole or not at all: graders running side by side may read the same key."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = CACHE / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, CACHE / f"{key}.json")
+    atomic_write(CACHE / f"{key}.json", json.dumps(value))
 
 
 def run_experiment(course, assignment, exp, code, sandbox, ref, device, runnable=True):
