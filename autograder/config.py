@@ -25,6 +25,8 @@ class Limits(Strict):
     experiment_seconds: float = Field(900, gt=0)
     memory_mb: int = Field(6144, gt=0)
     output_kb: int = Field(64, gt=0)
+    disk_mb: int = Field(256, gt=0)
+    processes: int = Field(256, gt=0)
 
 
 class LimitOverrides(Strict):
@@ -33,6 +35,8 @@ class LimitOverrides(Strict):
     experiment_seconds: Optional[float] = Field(None, gt=0)
     memory_mb: Optional[int] = Field(None, gt=0)
     output_kb: Optional[int] = Field(None, gt=0)
+    disk_mb: Optional[int] = Field(None, gt=0)
+    processes: Optional[int] = Field(None, gt=0)
 
 
 class Bound(Strict):

@@ -53,9 +53,10 @@ class Registry:
 class Student:
     """The student's namespace, seen from the grader: every call crosses into the sandbox."""
 
-    def __init__(self, sandbox, item, device, deadline, watch=()):
+    def __init__(self, sandbox, item, device, deadline, watch=(), limit_s=None):
         self.sandbox, self.item, self.device = sandbox, item, device
         self.deadline, self.watch, self.label = deadline, list(watch), ""
+        self.limit_s = limit_s  # the item's whole time limit, which a timeout names
         self.oracle_calls = set()
         self.seed = 0
 
@@ -75,7 +76,7 @@ class Student:
         if args or kwargs:
             fields["args"] = encode(list(args), tensors, self.device)["list"]
             fields["kwargs"] = encode(dict(kwargs or {}), tensors, self.device)["dict"]
-        answer = self.sandbox.request(op, self._left(), tensors=tensors, seed=self.seed, **fields)
+        answer = self.sandbox.request(op, self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed, **fields)
         self.oracle_calls.update(answer.get("oracle_calls", []))
         return answer if raw else self.sandbox.value(answer)
 
@@ -105,7 +106,8 @@ class Student:
         fields = {"args": enc_args, "kwargs": encode(dict(kwargs), tensors, self.device)["dict"],
                   "grad": {"wrt": list(wrt), "upstream": ups}, "watch": self.watch}
         fields.update({"handle": name.handle, "method": method} if isinstance(name, Remote) else {"name": name})
-        answer = self.sandbox.request("call", self._left(), tensors=tensors, seed=self.seed, **fields)
+        answer = self.sandbox.request("call", self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed,
+                                      **fields)
         self.oracle_calls.update(answer.get("oracle_calls", []))
         return self.sandbox.value(answer)
 
@@ -124,7 +126,8 @@ class Student:
     def load_state(self, obj, tensors):
         """Copy tensors into the module's state_dict() entries, by order and shape."""
         named = {f"p{k}": t for k, t in enumerate(tensors)}
-        self.sandbox.request("load_state", self._left(), tensors=named, handle=obj.handle, keys=list(named))
+        self.sandbox.request("load_state", self._left(), tensors=named, limit_s=self.limit_s, handle=obj.handle,
+                             keys=list(named))
 
     def attr(self, target, attr):
         return self._ask("attr", {**self._target(target), "attr": attr})
@@ -159,8 +162,7 @@ def harness_sources(aid):
     return {aid: inspect.getsource(harness(aid))}
 
 
-def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, experiments=True, limits=None,
-                   threads=None):
+def grade_notebook(path, aid, items=None, device="auto", log=None, experiments=True, limits=None, threads=None):
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
     Raises GraderError when the grader's own machinery fails (the sandbox cannot start), so that no one is
@@ -179,11 +181,9 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
     code = load_student_code(path, list(assignment.items))
     restore_setup_cells(code, aid)
     notes = list(code.notes)
-    outcomes, sandbox, isolated = [], None, None
+    outcomes, sandbox, isolation = [], None, None
     if not code.error:
-        sandbox = Sandbox(code.cells, harness_sources(aid), course.limits_for(aid), hide=[Path(path).parent, *hide],
-                          device=device, threads=threads)
-        isolated = sandbox.isolated
+        sandbox = Sandbox(code.cells, harness_sources(aid), course.limits_for(aid), device=device, threads=threads)
         try:
             try:
                 sandbox.start()
@@ -213,6 +213,7 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
         if sandbox is not None:
             notes += [f"setup cell '{g}' {e}" for g, e in sandbox.load_errors.items()
                       if g.startswith("setup_")]
+            isolation = sandbox.isolation
             sandbox.close()
     tests = [o.as_test() for o in outcomes]
     return {
@@ -222,7 +223,7 @@ def grade_notebook(path, aid, items=None, device="auto", hide=(), log=None, expe
         "visibility": "visible",
         "tests": tests,
         "extra_data": {"assignment": aid, "notebook": Path(path).name, "device": device, "seed": course.seed,
-                       "isolation": "namespaces+uid" if isolated else ("none" if isolated is None else "process"),
+                       "isolation": isolation or "none",
                        "restarts": sandbox.restarts if sandbox else 0, "seconds": round(time.monotonic() - t0, 2),
                        "versions": {"torch": torch.__version__, "python": platform.python_version(),
                                     "autograder": getattr(autograder, "__version__", "0.1.0")},
@@ -276,7 +277,7 @@ def grade_item(course, assignment, item, code, sandbox, suite, ref, device, expe
         if problem:
             outcome.output = f"not checked: {problem}"
             continue
-        student = Student(sandbox, item, device, deadline, watch=spec.from_scratch)
+        student = Student(sandbox, item, device, deadline, watch=spec.from_scratch, limit_s=limits.item_seconds)
         student.seed = seed_for(course.seed, aid, item, outcome.kind)
         t0 = time.monotonic()
         try:

@@ -1,13 +1,16 @@
 """The grader's side of the sandbox: start the student's process, send requests, enforce the limits.
 
-Limits that hold: a wall-clock deadline per request, resident memory of the student's process tree,
-output cut at a size, and on any breach every process of the sandbox's own uid is killed, so nothing the
-student started outlives its item. A request that times out, crashes or blows memory restarts the process
-(reloading the notebook's cells) for the next item.
+Limits that hold: a wall-clock deadline per request that bounds every wait on the student's process (its
+writes, its reads, whatever it sends or does not send), memory of the student's process tree, output cut at
+a size; disk, processes and isolation as sandbox_child.py describes. On any breach the sandbox is ended as a
+whole, so nothing the student started outlives its item; a request that times out, crashes or blows memory
+restarts the process (reloading the notebook's cells) for the next item. Tensors come back inside the
+answer on a pipe the grader created (safetensors bytes, never a file the student could name or replace).
 """
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -20,14 +23,19 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
-
-from autograder.config import ROOT
+import safetensors.torch
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 UID_BASE, UID_SPAN = 200000, 50000
 UID_LEASES = Path(tempfile.gettempdir()) / "course-sandbox-uids"   # one flock per uid in use
 STARTUP_SECONDS = 300  # the process importing torch before any student code runs: not the student's time
+MAX_ANSWER_BYTES = 256 * 2**20  # one answer from the student's process, tensors included
+MEMORY_POLL_SECONDS = 0.1
+STOP = threading.Event()  # set when a batch is interrupted: every sandbox wait gives up at once
+
+
+class Interrupted(BaseException):
+    """The batch was interrupted (Ctrl-C, SIGTERM): no result for this submission, nothing saved."""
 
 
 class SandboxFailure(Exception):
@@ -41,21 +49,24 @@ class SandboxFailure(Exception):
 class StudentRaised(Exception):
     """The student's code raised; the message is the exception and the cell line it came from."""
 
+    def __init__(self, message):
+        super().__init__(as_text(message))
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def as_text(text):
+    """What the student's process said, with control characters shown as escapes (`\\x1b[2J`), never acted on.
+
+    It ends up in terminals, results.json and feedback pages: an ANSI escape or a bidi override must read as
+    what it is there, not clear a TA's screen or reorder a reason.
+    """
+    return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
 
 def can_isolate():
     return hasattr(os, "geteuid") and os.geteuid() == 0 and sys.platform.startswith("linux")
-
-
-def hidden_paths(extra=()):
-    """Folders the student's process must not see: the whole course, the installed packages, submissions."""
-    hide = [ROOT] + [Path(__import__(m).__path__[0]) for m in ("solutions", "autograder")]
-    hide += [Path(p) for p in extra]
-    return sorted({str(p.resolve() if p.is_dir() else p.resolve().parent) for p in hide})
-
-
-def kept_paths():
-    """What stays visible inside a hidden folder: the Python environment the grader runs in."""
-    return sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
 
 
 def _lease_uid():
@@ -108,15 +119,22 @@ def pids_of_uid(uid):
     return out
 
 
-def rss_bytes(pids):
+def memory_bytes(pids):
+    """Proportional set size of `pids`: pages shared between them (a fork's, the zygote's) counted once."""
     total = 0
     for pid in pids:
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            key = "Pss:"
+        except OSError:
+            try:
+                text, key = Path(f"/proc/{pid}/status").read_text(), "VmRSS:"
+            except OSError:
+                continue
+        for line in text.splitlines():
+            if line.startswith(key):
+                total += int(line.split()[1]) * 1024
+                break
     return total
 
 
@@ -135,7 +153,7 @@ def threads_per_worker(workers):
 def sandbox_env(threads=None):
     """The student's environment: nothing of the grader's but locale, threads and the visible GPUs."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
-                                                         "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                         "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                          "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg", CUBLAS_WORKSPACE_CONFIG=":4096:8")
     if threads:
@@ -161,10 +179,14 @@ class Zygote:
         self.proc = None
 
     def spawn(self, cfg):
-        """Start a sandbox process; returns (pid, (req_w, resp_r, out_r, status_r)), the grader's pipe ends."""
+        """Start a sandbox; returns (pid, (req_w, resp_r, out_r, status_r, life_w)), the grader's pipe ends.
+
+        life_w is the sandbox's lifeline: only this process holds it, and its closing ends the sandbox.
+        """
         for attempt in (1, 2):  # a zygote that died since its last spawn is replaced once
-            (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w) = (os.pipe() for _ in range(4))
-            theirs = [req_r, resp_w, out_w, status_w]
+            (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w), (life_r, life_w) = \
+                (os.pipe() for _ in range(5))
+            theirs = [req_r, resp_w, out_w, status_w, life_r]
             try:
                 with self.lock:
                     if self.proc is None or self.proc.poll() is not None:
@@ -179,8 +201,8 @@ class Zygote:
             ready, _, _ = select.select([status_r], [], [], STARTUP_SECONDS)
             line = _read_line(status_r) if ready else ""
             if line.strip().isdigit():
-                return int(line), (req_w, resp_r, out_r, status_r)
-            for fd in (req_w, resp_r, out_r, status_r):
+                return int(line), (req_w, resp_r, out_r, status_r, life_w)
+            for fd in (req_w, resp_r, out_r, status_r, life_w):
                 os.close(fd)
             with self.lock:
                 try:  # a dying zygote closes its files a moment before it can be reaped
@@ -227,7 +249,7 @@ class OutputTap(threading.Thread):
         """What was printed since the last take, cut to the limit with a note."""
         time.sleep(0.05)  # let the reader drain what the process flushed before it answered
         with self.lock:
-            text = self.kept.decode("utf-8", "replace")
+            text = as_text(self.kept.decode("utf-8", "replace"))
             if self.dropped:
                 text += f"\n[... {self.dropped} more bytes of output cut]"
             self.kept, self.dropped = bytearray(), 0
@@ -237,11 +259,11 @@ class OutputTap(threading.Thread):
 class Sandbox:
     """One student's process: start, request, and kill; restarts itself after a failure."""
 
-    def __init__(self, cells, harness_sources, limits, hide=(), device="cpu", threads=None):
+    def __init__(self, cells, harness_sources, limits, device="cpu", threads=None):
         self.cells, self.harness_sources = cells, harness_sources
         self.limits, self.device, self.threads = limits, device, threads
         self.isolated = can_isolate()
-        self.hide = hidden_paths(hide) if self.isolated else []
+        self.isolation = None   # what the sandbox process reports it got: namespaces, uid or process
         self.proc = None
         self.skip = set()       # cells that hung while loading: left out of every restart
         self.load_errors = {}
@@ -250,27 +272,31 @@ class Sandbox:
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self):
+        # An empty folder: the sandbox's root is mounted there (in its own namespace), or, without
+        # namespaces, its working folder. The sandbox's monitor removes it, whatever happens to the grader.
         self.scratch = Path(tempfile.mkdtemp(prefix="course-sandbox-"))
         self.uid, self.lease = _lease_uid() if self.isolated else (os.getuid(), None)
         if self.isolated:
             os.chown(self.scratch, self.uid, self.uid)
         os.chmod(self.scratch, 0o700)
-        cfg = {"isolate": self.isolated, "uid": self.uid, "hide": self.hide, "keep": kept_paths(),
-               "scratch": str(self.scratch), "max_file_bytes": 512 * 2**20, "env": sandbox_env(self.threads),
-               "threads": self.threads}
+        cfg = {"isolate": self.isolated, "uid": self.uid, "scratch": str(self.scratch),
+               "disk_mb": self.limits.disk_mb, "processes": self.limits.processes,
+               "env": sandbox_env(self.threads), "threads": self.threads}
         try:
-            self.proc, (req_w, resp_r, out_r, status_r) = ZYGOTE.spawn(cfg)
+            self.proc, (req_w, self.resp_fd, out_r, self.status_fd, self.life_fd) = ZYGOTE.spawn(cfg)
         except SandboxFailure:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self._release_uid()
             raise
-        self.req, self.resp_fd, self.status_fd, self.buf = os.fdopen(req_w, "w"), resp_r, status_r, b""
+        os.set_blocking(req_w, False)  # a student who never reads cannot block the grader's writes
+        self.req_fd, self.buf, self.memory_checked = req_w, b"", 0.0
         self.tap = OutputTap(out_r, self.limits.output_kb * 1024)
         self.tap.start()
-        hello = self._read(STARTUP_SECONDS)
+        hello, _ = self._receive(time.monotonic() + STARTUP_SECONDS, STARTUP_SECONDS)
         if "fatal" in hello:
             self.kill()
             raise SandboxFailure("sandbox", hello["fatal"])
+        self.isolation = hello.get("isolation", "process")
         for module, source in self.harness_sources.items():
             self.request("harness", STARTUP_SECONDS, module=module, source=source)
         self._load_cells()
@@ -300,34 +326,20 @@ class Sandbox:
             self.start()
 
     def kill(self):
-        """Kill every process of the sandbox's uid (or group), close the pipes, remove scratch."""
+        """End the sandbox: close its lifeline, and wait (bounded) for its monitor to say every process is gone.
+
+        The grader never signals a pid itself: the monitor, the sandbox's parent, does, so the pid is never
+        someone else's. The monitor also removes the scratch folder.
+        """
         if self.proc is None:
             return
-        for _ in range(3):
-            try:
-                os.killpg(self.proc, signal.SIGKILL)
-            except OSError:
-                pass
-            if self.isolated:
-                for pid in pids_of_uid(self.uid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-            if not self.isolated or not pids_of_uid(self.uid):
-                break
-            time.sleep(0.05)
-        for f in (self.req,):
-            try:
-                f.close()
-            except OSError:
-                pass
-        for fd in (self.resp_fd, self.status_fd):
+        os.close(self.life_fd)
+        self._exit_status(10)
+        for fd in (self.req_fd, self.resp_fd, self.status_fd):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        shutil.rmtree(self.scratch, ignore_errors=True)
         self.proc = None
         self._release_uid()
 
@@ -340,41 +352,73 @@ class Sandbox:
     def close(self):
         self.kill()
 
-    # --- requests --------------------------------------------------------------------------------
-    def _read(self, timeout):
-        """The next JSON line from the student's process, within `timeout` and the memory limit."""
-        deadline = time.monotonic() + timeout
-        limit = self.limits.memory_mb * 2**20
-        while b"\n" not in self.buf:
+    # --- the channel -----------------------------------------------------------------------------
+    def _wait(self, fd, deadline, limit_s, write=False):
+        """Until `fd` is ready; raises at the deadline, past the memory limit, or when the batch is interrupted."""
+        while True:
+            if STOP.is_set():
+                self.kill()
+                raise Interrupted()
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise SandboxFailure("timeout", f"did not finish within {timeout:g} s (time limit)")
-            ready, _, _ = select.select([self.resp_fd], [], [], min(left, 0.1))
-            if ready:
-                chunk = os.read(self.resp_fd, 1 << 20)
-                if not chunk:
-                    code = self._exit_status()
+                raise SandboxFailure("timeout", f"did not finish within {limit_s:g} s (time limit)")
+            ready = select.select([] if write else [fd], [fd] if write else [], [], min(left, MEMORY_POLL_SECONDS))
+            if time.monotonic() - self.memory_checked >= MEMORY_POLL_SECONDS:
+                self.memory_checked = time.monotonic()
+                pids = pids_of_uid(self.uid) if self.isolated else [self.proc]
+                if memory_bytes(pids) > self.limits.memory_mb * 2**20:
                     self.kill()
-                    raise SandboxFailure("crash", f"the notebook's process ended ({code})")
-                self.buf += chunk
-                if len(self.buf) > 64 * 2**20:
-                    self.kill()
-                    raise SandboxFailure("crash", "the notebook's process sent more than 64 MB on the grader's channel")
-            pids = pids_of_uid(self.uid) if self.isolated else [self.proc]
-            if rss_bytes(pids) > limit:
-                self.kill()
-                raise SandboxFailure("memory", f"used more than {self.limits.memory_mb} MB of memory (memory limit)")
+                    raise SandboxFailure("memory", f"used more than {self.limits.memory_mb} MB of memory (memory limit)")
+            if ready[0] or ready[1]:
+                return
+
+    def _crash(self, why):
+        self.kill()
+        raise SandboxFailure("crash", why)
+
+    def _send(self, data, deadline, limit_s):
+        view = memoryview(data)
+        while view:
+            self._wait(self.req_fd, deadline, limit_s, write=True)
+            try:
+                view = view[os.write(self.req_fd, view[:1 << 20]):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                self._crash(f"the notebook's process ended ({self._exit_status()})")
+
+    def _fill(self, deadline, limit_s):
+        self._wait(self.resp_fd, deadline, limit_s)
+        chunk = os.read(self.resp_fd, 1 << 20)
+        if not chunk:
+            self._crash(f"the notebook's process ended ({self._exit_status()})")
+        self.buf += chunk
+        if len(self.buf) > MAX_ANSWER_BYTES + 2**20:
+            self._crash(f"the notebook's process sent more than {MAX_ANSWER_BYTES >> 20} MB on the grader's channel")
+
+    def _receive(self, deadline, limit_s):
+        """(message, blob): the next JSON line and the bytes it announces, all before the deadline."""
+        while b"\n" not in self.buf:
+            self._fill(deadline, limit_s)
         line, self.buf = self.buf.split(b"\n", 1)
         try:
-            return json.loads(line)
+            msg = json.loads(line)
         except ValueError:
-            self.kill()
-            raise SandboxFailure("crash", "the grader's channel carried something that is not the protocol")
+            msg = None
+        size = msg.get("blob", 0) if isinstance(msg, dict) else None
+        if not isinstance(size, int) or size < 0:
+            self._crash("the grader's channel carried something that is not the protocol")
+        if size > MAX_ANSWER_BYTES:
+            self._crash(f"the notebook's process sent more than {MAX_ANSWER_BYTES >> 20} MB on the grader's channel")
+        while len(self.buf) < size:
+            self._fill(deadline, limit_s)
+        blob, self.buf = self.buf[:size], self.buf[size:]
+        return msg, blob
 
-    def _exit_status(self):
-        """How the student's process ended, as its monitor saw it."""
-        ready, _, _ = select.select([self.status_fd], [], [], 5)
+    def _exit_status(self, wait_s=5):
+        """How the student's process ended, as its monitor saw it (bounded wait)."""
+        ready, _, _ = select.select([self.status_fd], [], [], wait_s)
         line = _read_line(self.status_fd) if ready else ""
         if not line.strip().lstrip("-").isdigit():
             return "exit status unknown"
@@ -384,48 +428,44 @@ class Sandbox:
             return f"killed by signal {signal.Signals(sig).name}" if sig in signal.Signals._value2member_map_ else f"signal {sig}"
         return f"exit code {os.WEXITSTATUS(status)}"
 
-    def request(self, op, timeout, tensors=None, **fields):
-        """Send one request and wait for its answer; tensors travel in a safetensors file."""
+    def request(self, op, timeout, tensors=None, limit_s=None, **fields):
+        """Send one request and wait for its answer, all within `timeout` seconds; tensors travel inline.
+
+        `limit_s` is the limit a timeout names (the item's, when `timeout` is what is left of it).
+        """
+        deadline, limit_s = time.monotonic() + timeout, limit_s or timeout
         self.next_id += 1
-        msg = {"op": op, "id": self.next_id, **fields}
+        blob = b""
         if tensors:
-            name = f"in_{self.next_id}.safetensors"
-            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(self.scratch / name))
-            os.chmod(self.scratch / name, 0o644)
-            msg["file"] = name
-        try:
-            self.req.write(json.dumps(msg) + "\n")
-            self.req.flush()
-        except (BrokenPipeError, OSError):
-            code = self._exit_status()
-            self.kill()
-            raise SandboxFailure("crash", f"the notebook's process ended ({code})")
-        while True:
-            answer = self._read(timeout)
+            blob = safetensors.torch.save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()})
+        msg = {"op": op, "id": self.next_id, **fields, "blob": len(blob)}
+        self._send((json.dumps(msg) + "\n").encode() + blob, deadline, limit_s)
+        while True:  # progress lines do not move the deadline
+            answer, blob = self._receive(deadline, limit_s)
             if "progress" in answer:
                 self.current_cell = answer["progress"]
                 continue
             if answer.get("id") == self.next_id:
                 break
-        if msg.get("file"):
-            (self.scratch / msg["file"]).unlink(missing_ok=True)
+        if answer.get("restart"):  # a full disk: the next item gets a fresh one
+            self.kill()
         if not answer.get("ok"):
             raise StudentRaised(str(answer.get("error", "failed"))[:500])
+        answer["blob"] = blob
         return answer
 
     def value(self, answer):
         """The answer's value with its tensors read back (safetensors: data only, never code)."""
         tensors = {}
-        name = answer.get("file")
-        if name:
-            path = self.scratch / Path(name).name
+        if answer.get("blob"):
             try:
-                tensors = load_file(str(path))
-            except Exception as e:  # a file the student tampered with is a wrong answer, not a grader crash
+                tensors = safetensors.torch.load(answer["blob"])
+            except Exception as e:  # bytes the student forged are a wrong answer, not a grader crash
                 raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})")
-            finally:
-                path.unlink(missing_ok=True)
-        return decode(answer.get("value"), tensors)
+        try:
+            return decode(answer.get("value"), tensors)
+        except (KeyError, TypeError) as e:
+            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})")
 
     def output(self):
         return self.tap.take()
@@ -465,7 +505,7 @@ class Opaque:
     """A value the protocol could not carry (neither tensor nor number): only its description came back."""
 
     def __init__(self, text):
-        self.text = text
+        self.text = as_text(str(text))
 
     def __repr__(self):
         return self.text

@@ -1,113 +1,168 @@
 """The student's side of the sandbox: a standalone script run as its own process, never imported.
 
-It enters the sandbox before it reads any student code (private mount namespace with the course's files
-hidden, no network, its own unprivileged uid), then answers the grader's requests one JSON line at a time:
-run the notebook's cells, call an item on tensors the grader sent, construct a module, return its state,
-train a harness experiment. Tensors travel as safetensors files in the scratch folder; everything else as
-JSON. Nothing here decides a score: the grader compares what comes back with its own reference.
+It enters the sandbox before it reads any student code, then answers the grader's requests: run the
+notebook's cells, call an item on tensors the grader sent, construct a module, return its state, train a
+harness experiment. Nothing here decides a score: the grader compares what comes back with its own reference.
+
+Every message is one JSON line, followed by `blob` bytes of safetensors when it carries tensors, on pipes
+the grader created: the grader never opens a path the student can name, so nothing the student leaves on
+disk (a FIFO, a symlink, a huge file) can make the grader wait or write where it should not.
+
+Isolation, the best the machine allows (the grader reports which in `extra_data.isolation`):
+  namespaces  root with CAP_SYS_ADMIN: a PID namespace (the sandbox is its init: when it dies, every process
+              it started dies with it), no network, and a root of its own holding only the system's programs
+              and libraries and the Python environment (read only), a fresh /proc, and a size-limited tmpfs
+              (/tmp, /var/tmp, /dev/shm) as the only writable place; a fresh uid; process and file-size limits.
+  uid         root without CAP_SYS_ADMIN (Docker's default): a fresh uid with its process and file-size limits,
+              killed as a whole by uid; the machine's files and network stay as that uid finds them.
+  process     not root: a plain child process in its own session, killed by process group.
 """
 import ctypes
+import errno
 import json
 import os
+import platform
 import sys
 import traceback
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x40000000, 0x08000000, 0x20000000
 MAX_ITEMS = 100_000  # entries of one list/dict sent back: far above any state_dict, below a runaway structure
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 38, 1
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# What programs and libraries read from /etc; nothing else of the machine's configuration is visible.
+ETC = ("passwd", "group", "nsswitch.conf", "hosts", "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+       "localtime", "timezone", "fonts", "alternatives", "ssl", "ca-certificates", "mime.types", "matplotlibrc")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+HOME = "/tmp/home"
 
 
-def graft(libc, fd, path):
-    """Mount the directory behind `fd` at `path` (made in whatever now covers that place)."""
-    os.makedirs(path, exist_ok=True)
-    if libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None) != 0:
-        raise OSError(ctypes.get_errno(), f"could not mount {path}")
+def libc():
+    return ctypes.CDLL(None, use_errno=True)
 
 
-def expose(libc, path):
-    """Make `path` reachable for an unprivileged uid when an ancestor (say /root, mode 0700) is not."""
-    parts = os.path.realpath(path).strip("/").split("/")
-    for depth in range(1, len(parts)):
-        here = "/" + "/".join(parts[:depth])
-        if os.stat(here).st_mode & 0o001:
-            continue
-        below = "/" + "/".join(parts[:depth + 1])
-        fd = os.open(below, os.O_PATH)
-        if libc.mount(b"tmpfs", here.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=4k,mode=0755") != 0:
-            raise OSError(ctypes.get_errno(), f"could not cover {here}")
-        graft(libc, fd, below)
-        os.close(fd)
+def _check(result, what):
+    if result != 0:
+        raise OSError(ctypes.get_errno(), f"could not {what}")
 
 
-def enter_sandbox(cfg):
-    """Hide the course from this process, cut the network, and drop to the sandbox's own uid."""
+def bind(lib, source, target, writable=False, dev=False):
+    """Mount `source` at `target` (made as a file or folder to match), read only unless asked."""
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _check(lib.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"mount {source}")
+    if not writable:
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if dev else MS_NODEV)
+        _check(lib.mount(None, target.encode(), None, flags, None), f"make {source} read-only")
+
+
+def python_dirs():
+    """The Python environment the grader runs in: its prefixes and the interpreter's own folder, resolved."""
+    dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                          os.path.dirname(sys.executable),
+                                          os.path.dirname(os.path.realpath(sys.executable)))}
+    dirs |= {os.path.realpath(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p}
+    outer = sorted(d for d in dirs if os.path.isdir(d))
+    return [d for d in outer if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in outer)]
+
+
+def build_root(lib, cfg):
+    """Mount the sandbox's whole world at cfg['scratch'] and make it the root: an allowlist, not a denylist."""
+    root = cfg["scratch"]
+    _check(lib.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=2m,mode=0755"), "make the root")
+    for name in SYSTEM_DIRS:
+        host = "/" + name
+        if os.path.islink(host):
+            os.symlink(os.readlink(host), f"{root}/{name}")
+        elif os.path.isdir(host):
+            bind(lib, host, root + host)
+    for name in ETC:
+        if os.path.exists("/etc/" + name):
+            bind(lib, "/etc/" + name, f"{root}/etc/{name}")
+    for path in python_dirs():
+        if not path.startswith(tuple(f"/{d}/" for d in SYSTEM_DIRS)):
+            bind(lib, path, root + path)
+    os.makedirs(root + "/dev", exist_ok=True)
+    _check(lib.mount(b"tmpfs", f"{root}/dev".encode(), b"tmpfs", MS_NOSUID, b"size=64k,mode=0755"), "make /dev")
+    gpus = [n for n in os.listdir("/dev") if n.startswith("nvidia")]  # CUDA's device files, when there are any
+    for name in DEVICES + tuple(gpus):
+        if os.path.exists("/dev/" + name):
+            bind(lib, "/dev/" + name, f"{root}/dev/{name}", writable=True, dev=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.makedirs(root + "/proc")
+    _check(lib.mount(b"proc", f"{root}/proc".encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+    if os.path.isdir("/sys"):
+        bind(lib, "/sys", root + "/sys")
+    # The only writable place: one tmpfs of disk_mb, seen at /tmp, /var/tmp and /dev/shm.
+    os.makedirs(root + "/tmp")
+    _check(lib.mount(b"tmpfs", f"{root}/tmp".encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                     f"size={cfg['disk_mb']}m,mode=1777".encode()), "make /tmp")
+    for alias in ("/var/tmp", "/dev/shm"):
+        bind(lib, root + "/tmp", root + alias, writable=True)
+    os.makedirs(root + HOME, mode=0o700)
+    os.chown(root + HOME, cfg["uid"], cfg["uid"])
+    os.chdir(root)
+    _check(lib.syscall(SYS_PIVOT_ROOT[platform.machine()], b".", b"."), "pivot into the sandbox's root")
+    _check(lib.umount2(b".", MNT_DETACH), "leave the machine's root")
+    os.chdir("/")
+    for path in (b"/", b"/dev"):
+        _check(lib.mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | (MS_NODEV if path == b"/" else 0), None),
+               "make the root read-only")
+
+
+def enter_sandbox(cfg, in_pid_namespace):
+    """Isolate this process as well as the machine allows, drop to the sandbox's uid; returns the level."""
     import resource
-    if cfg.get("isolate"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "unshare failed")
-        libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
-        scratch = os.getcwd()
-        # resolved now: the environment may be reached through a link inside a folder about to be hidden
-        python_dirs = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(sys.executable),
-                                                     os.path.dirname(os.path.realpath(sys.executable)))}
-        scratch_fd = os.open(scratch, os.O_PATH)  # before anything is hidden: it may sit inside a hidden folder
-        keep = [(path, os.open(path, os.O_PATH)) for path in cfg["keep"] if os.path.isdir(path)]
-        for path in cfg["hide"]:
-            if not os.path.isdir(path):
-                continue
-            if libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=0755") != 0:
-                raise OSError(ctypes.get_errno(), f"could not hide {path}")
-            for kept, fd in keep:  # the Python environment may live inside the course folder
-                if kept.startswith(path.rstrip("/") + "/"):
-                    graft(libc, fd, kept)
-            libc.mount(None, path.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-        # A private /tmp with only this sandbox's scratch folder in it, at the same path (and the Python
-        # environment, when the course was checked out under /tmp).
-        for tmp in ("/tmp", "/dev/shm", "/var/tmp"):
-            if os.path.isdir(tmp):
-                libc.mount(b"tmpfs", tmp.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777")
-                for kept, fd in keep:
-                    if kept.startswith(tmp + "/"):
-                        graft(libc, fd, kept)
-        for _, fd in keep:
-            os.close(fd)
-        graft(libc, scratch_fd, scratch)
-        os.close(scratch_fd)
-        os.chdir(scratch)
-        for path in python_dirs:
-            expose(libc, path)
-        libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    import signal
+    level, lib = "process", libc()
+    if cfg["isolate"]:
+        level = "uid"
+        if in_pid_namespace and lib.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC) == 0:
+            _check(lib.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make the mounts private")
+            build_root(lib, cfg)
+            level = "namespaces"
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"]))
-    if cfg.get("isolate"):
+    file_bytes = cfg["disk_mb"] * 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file past the limit fails to grow (EFBIG), nothing dies
+    if cfg["isolate"]:
+        resource.setrlimit(resource.RLIMIT_NPROC, (cfg["processes"], cfg["processes"]))  # counts this uid only
         os.setgroups([])
         os.setgid(cfg["uid"])
         os.setuid(cfg["uid"])
-        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    os.environ["HOME"] = os.getcwd()
+        lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    home = HOME if level == "namespaces" else cfg["scratch"]
+    os.chdir(home)
+    os.environ["HOME"] = home
+    return level
 
 
-def serve(cfg, req_fd, resp_fd):
+def serve(cfg, req_fd, resp_fd, in_pid_namespace):
     """Enter the sandbox, then answer requests until the grader closes the channel."""
-    req = os.fdopen(req_fd, "r", encoding="utf-8")
-    resp = os.fdopen(resp_fd, "w", encoding="utf-8")
+    req, resp = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb")
     try:
-        enter_sandbox(cfg)
+        level = enter_sandbox(cfg, in_pid_namespace)
     except Exception as e:
-        resp.write(json.dumps({"fatal": f"could not enter the sandbox: {e}"}) + "\n")
+        resp.write((json.dumps({"fatal": f"could not enter the sandbox: {e}"}) + "\n").encode())
         resp.flush()
         return
-    Server(req, resp, cfg).serve()
+    Server(req, resp, cfg, level).serve()
 
 
-def sandbox_process(cfg, fds):
-    """In a fresh fork: own session, the scratch folder as cwd, the output pipe as stdout and stderr."""
-    req_r, resp_w, out_w, status_w = fds
+def sandbox_process(cfg, fds, in_pid_namespace):
+    """In a fresh fork: own session, dies with its monitor, the output pipe as stdout and stderr."""
+    req_r, resp_w, out_w, status_w, life_r = fds
     os.close(status_w)
+    os.close(life_r)
     os.setsid()
-    os.chdir(cfg["scratch"])
+    libc().prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(out_w, 1)
@@ -121,10 +176,84 @@ def sandbox_process(cfg, fds):
     import faulthandler
     faulthandler.enable()
     try:
-        serve(cfg, req_r, resp_w)
+        serve(cfg, req_r, resp_w, in_pid_namespace)
     finally:
         sys.stdout.flush()
         os._exit(0)
+
+
+def kill_uid(uid):
+    """SIGKILL every process of `uid` at once: kill(-1) from a process of that uid reaches them all, forks too."""
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                os.kill(-1, 9)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def monitor(cfg, fds):
+    """Start the sandbox, watch it and the grader; when either goes, end every process of the sandbox.
+
+    The grader holds the only write end of the lifeline: its EOF (the grader closed the sandbox, or died in
+    any way, SIGKILL included) means kill. The monitor is the sandbox's parent, so the pid it signals is
+    never someone else's. Its status line (the sandbox's wait status) comes after everything is gone.
+    """
+    import select
+    import shutil
+    import signal
+    req_r, resp_w, out_w, status_w, life_r = fds
+    in_pid_namespace = bool(cfg["isolate"]) and libc().unshare(CLONE_NEWPID) == 0
+    pid = os.fork()
+    if pid == 0:
+        sandbox_process(cfg, fds, in_pid_namespace)
+    for fd in (req_r, resp_w, out_w):
+        os.close(fd)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a grader gone is seen on the lifeline, not as a signal
+    status = None
+    try:
+        try:
+            os.write(status_w, f"{pid}\n".encode())
+        except OSError:
+            pass
+        try:
+            ended = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            ended = None
+        poll = select.poll()
+        poll.register(life_r, select.POLLIN)
+        if ended is not None:
+            poll.register(ended, select.POLLIN)
+        while status is None:
+            events = dict(poll.poll(None if ended is not None else 100))
+            if life_r in events:
+                os.kill(pid, signal.SIGKILL)  # not reaped yet: still ours
+                poll.unregister(life_r)
+            if ended is None or ended in events:
+                done, wait_status = os.waitpid(pid, 0 if ended is not None else os.WNOHANG)
+                if done:
+                    status = wait_status
+    finally:
+        if status is None:  # the monitor itself failed: the sandbox goes with it
+            os.kill(pid, signal.SIGKILL)
+            status = os.waitpid(pid, 0)[1]
+        if not in_pid_namespace:  # a PID namespace died with its init; otherwise end the rest here
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            if cfg["isolate"]:
+                kill_uid(cfg["uid"])
+        shutil.rmtree(cfg["scratch"], ignore_errors=True)
+        try:
+            os.write(status_w, f"{status}\n".encode())
+        finally:
+            os._exit(0)
 
 
 PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransformer2", "ipywidgets", "torchvision", "scipy.linalg", "math", "random",
@@ -132,15 +261,13 @@ PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransforme
 
 
 def zygote(control_fd):
-    """Import torch once, then fork a sandbox per request: a sandbox starts in milliseconds, not seconds.
-
-    Each request forks a small monitor that forks the sandbox, reports the sandbox's pid, waits for it
-    and reports its wait status, so the grader can say how the student's process ended.
-    """
+    """Import torch once, then fork a sandbox (through its monitor) per request: a sandbox starts in milliseconds."""
     import signal
     import socket
     # No PR_SET_PDEATHSIG: it fires when the *thread* that started us ends (a batch worker), not the grader.
-    # The grader's end of the control socket closing (its exit, or its death) is what ends the loop below.
+    # The grader's end of the control socket closing (its exit, or its death) is what ends the loop below,
+    # and each monitor watches its own lifeline: a Ctrl-C meant for the grader is not for these processes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import numpy, torch, safetensors.torch  # noqa: F401 -- imported once, shared copy-on-write
     os.environ["MPLBACKEND"] = "Agg"
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox
@@ -151,25 +278,14 @@ def zygote(control_fd):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)       # monitors are reaped by the kernel
     sock = socket.socket(fileno=control_fd)
     while True:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 5)
         if not msg:
             return
         cfg = json.loads(msg)
-        if os.fork() == 0:  # the monitor
+        if os.fork() == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             sock.close()
-            pid = os.fork()
-            if pid == 0:
-                sandbox_process(cfg, fds)
-            for fd in fds[:3]:
-                os.close(fd)
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # the grader may stop listening: then just go
-            try:
-                os.write(fds[3], f"{pid}\n".encode())
-                _, status = os.waitpid(pid, 0)
-                os.write(fds[3], f"{status}\n".encode())
-            finally:
-                os._exit(0)
+            monitor(cfg, fds)
         for fd in fds:
             os.close(fd)
 
@@ -214,38 +330,86 @@ def restore_builtins():
 
 
 class Server:
-    def __init__(self, req, resp, cfg):
+    def __init__(self, req, resp, cfg, level):
         import torch
         import safetensors.torch as st
-        self.torch, self.st, self.cfg = torch, st, cfg
+        self.torch, self.st, self.cfg, self.level = torch, st, cfg, level
         self.req, self.resp = req, resp
+        self.pid = os.getpid()
         self.ns = {"__name__": "__main__"}
         self.objects = {}
         self.harness = {}
         self.oracle_calls = []
+        self.blob = b""
 
     # --- transport -------------------------------------------------------------------------------
-    def send(self, msg):
-        self.resp.write(json.dumps(msg) + "\n")
+    def send(self, msg, blob=b""):
+        """One JSON line, then `blob` bytes; a process the student forked never speaks for the sandbox."""
+        if os.getpid() != self.pid:
+            os._exit(0)
+        self.resp.write((json.dumps({**msg, "blob": len(blob)}) + "\n").encode() + blob)
         self.resp.flush()
 
+    def receive(self):
+        line = self.req.readline()
+        if not line:
+            return None
+        msg = json.loads(line)
+        self.blob = self.req.read(msg.get("blob", 0)) if msg.get("blob") else b""
+        return msg
+
     def serve(self):
-        self.send({"ready": True, "pid": os.getpid()})
-        for line in self.req:
-            msg = json.loads(line)
+        self.send({"ready": True, "pid": self.pid, "isolation": self.level})
+        while (msg := self.receive()) is not None:
             try:
                 out = getattr(self, "op_" + msg["op"])(msg)
-                self.send({"id": msg["id"], "ok": True, **out})
+                answer, blob = {"id": msg["id"], "ok": True, **out}, out.pop("_blob", b"")
             except StudentError as e:
-                self.send({"id": msg["id"], "ok": False, "error": str(e)})
+                answer, blob = {"id": msg["id"], "ok": False, "error": str(e)}, b""
             except BaseException as e:  # noqa: BLE001 -- student code may raise anything, SystemExit included
                 restore_builtins()
-                self.send({"id": msg["id"], "ok": False, "error": describe(e, student_frames_only=True)})
+                error, restart = self.limit_reached(e)
+                answer, blob = {"id": msg["id"], "ok": False, "restart": restart,
+                                "error": error or describe(e, student_frames_only=True)}, b""
+            answer.pop("_blob", None)
+            self.flush_output()  # what the request printed is read with its answer, not one request later
+            self.send(answer, blob)
+            self.end_strays()
 
-    def load_tensors(self, name):
-        if not name:
-            return {}
-        return self.st.load_file(name)
+    @staticmethod
+    def flush_output():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 -- the student may have replaced or closed them
+                pass
+
+    def limit_reached(self, e):
+        """(reason, restart?) when the exception is the sandbox's disk or process limit biting."""
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return f"wrote more than {self.cfg['disk_mb']} MB (disk limit): {describe(e, True)}", True
+        if isinstance(e, BlockingIOError) and e.errno == errno.EAGAIN and self.cfg["isolate"]:
+            return (f"started more than {self.cfg['processes']} processes and threads (process limit): "
+                    f"{describe(e, True)}"), False
+        return "", False
+
+    def end_strays(self):
+        """Processes the student's code started during a request end with it (a fresh uid: all are the student's)."""
+        if not self.cfg["isolate"]:
+            return
+        try:
+            os.kill(-1, 9)  # every process of this uid (of this PID namespace) but this one, forks in flight too
+        except OSError:
+            pass
+        while True:  # as a namespace's init, orphans are ours to reap
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+
+    def load_tensors(self):
+        return self.st.load(self.blob) if self.blob else {}
 
     def decode(self, v, tensors):
         torch = self.torch
@@ -304,11 +468,7 @@ class Server:
     def reply(self, value, msg):
         tensors = {}
         enc = self.encode(value, tensors)
-        name = ""
-        if tensors:
-            name = f"out_{msg['id']}.safetensors"
-            self.st.save_file(tensors, name)
-        return {"value": enc, "file": name}
+        return {"value": enc, "_blob": self.st.save(tensors) if tensors else b""}
 
     # --- operations ------------------------------------------------------------------------------
     def op_load(self, msg):
@@ -324,8 +484,7 @@ class Server:
             except BaseException as e:  # noqa: BLE001
                 restore_builtins()
                 results.append([grade_id, describe(e, student_frames_only=True)])
-            sys.stdout.flush()
-            sys.stderr.flush()
+            self.flush_output()
         return {"cells": results}
 
     def target(self, msg, tensors):
@@ -358,7 +517,7 @@ class Server:
 
     def op_call(self, msg):
         torch = self.torch
-        tensors = self.load_tensors(msg.get("file"))
+        tensors = self.load_tensors()
         fn = self.target(msg, tensors)
         args = self.decode({"list": msg.get("args", [])}, tensors)
         kwargs = self.decode({"dict": msg.get("kwargs", {})}, tensors)
@@ -394,7 +553,7 @@ class Server:
 
     def op_new(self, msg):
         torch = self.torch
-        tensors = self.load_tensors(msg.get("file"))
+        tensors = self.load_tensors()
         cls = self.target(msg, tensors)
         args = self.decode({"list": msg.get("args", [])}, tensors)
         kwargs = self.decode({"dict": msg.get("kwargs", {})}, tensors)
@@ -425,9 +584,9 @@ class Server:
                 d.copy_(s)
 
     def op_load_state(self, msg):
-        tensors = self.load_tensors(msg.get("file"))
+        tensors = self.load_tensors()
         self.assign_state(self.objects[msg["handle"]], [tensors[k] for k in msg["keys"]])
-        return {"value": None, "file": ""}
+        return {"value": None}
 
     def op_attr(self, msg):
         tensors = {}
@@ -457,7 +616,7 @@ class Server:
                                for m in msg.get("methods", [])}
         elif info["kind"] == "function":
             info["params"] = params(obj, False)
-        return {"value": info, "file": ""}
+        return {"value": info}
 
     def op_harness(self, msg):
         """Load a harness module's source (the lecture's models and training loops) as a module."""
@@ -465,7 +624,7 @@ class Server:
         mod = types.ModuleType(msg["module"])
         exec(compile(msg["source"], f"<harness {msg['module']}>", "exec"), mod.__dict__)
         self.harness[msg["module"]] = mod
-        return {"value": None, "file": ""}
+        return {"value": None}
 
     def op_experiment(self, msg):
         """Build the experiment's model from the student's items and train it with the harness loop."""
@@ -473,7 +632,7 @@ class Server:
         torch = self.torch
         spec = self.harness[msg["module"]].EXPERIMENTS[msg["name"]]
         parts = types.SimpleNamespace(**{k: v for k, v in self.ns.items() if not k.startswith("__")})
-        data = {k: v.to(msg["device"]) for k, v in self.load_tensors(msg.get("file")).items()}
+        data = {k: v.to(msg["device"]) for k, v in self.load_tensors().items()}
         torch.manual_seed(msg["seed"])
         model = spec["build"](parts, msg["cfg"], msg["seed"], msg["device"])
         try:

@@ -253,20 +253,59 @@ CORPUS = [
     case("opens_a_network_socket", prepend_body(
         MMD, "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)"), {MMD: 3},
          r"(OSError|Network is unreachable|timed out|gaierror)", isolated=True),
-    case("tries_to_kill_the_grader", prepend_body(MMD, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"),
-         {MMD: 3}, r"PermissionError|Operation not permitted", isolated=True),
+    # the sandbox is the init of its own PID namespace: its parent is not even there to signal (getppid() is 0)
+    case("tries_to_kill_the_grader", prepend_body(MMD, "import os, signal\nfor pid in [os.getppid()] + "
+                                                       "[int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
+                                                       "    try:\n        os.kill(pid, signal.SIGKILL)\n"
+                                                       "    except OSError:\n        pass"),
+         {}, isolated=True),
     case("writes_junk_to_the_grader_channel", prepend_body(
         MMD, "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
              "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised"),
-    case("forged_score_in_a_test_cell", lambda nb, f: setattr(cell_of(nb, "test_" + MMD), "source", "100.0"), {}),
-    case("prints_a_fake_score", prepend_body(MMD, "print('Score: 100/100\\n{\"score\": 100}')"), {}),
-    case("ships_a_pickle_next_to_the_notebook", ship_pickle, {}),
+    # each cheat is paired with a wrong answer, so that a score it managed to inflate would show
+    case("forged_score_in_a_test_cell", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        setattr(cell_of(nb, "test_" + SDPA), "source", "100.0")), WRONG_LOST, r"max \|out"),
+    case("prints_a_fake_score", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        prepend_body(SDPA, "print('Score: 100/100\\n{\"score\": 100}')")(nb, f)), WRONG_LOST, r"max \|out"),
+    case("ships_a_pickle_next_to_the_notebook", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f), ship_pickle(nb, f)), WRONG_LOST, r"max \|out"),
     case("loads_the_shipped_pickle", lambda nb, f: (ship_pickle(nb, f), prepend_body(
         MMD, "return torch.load('model.pt', weights_only=False)")(nb, f)),
          {MMD: 3}, r"(FileNotFoundError|No such file|UnpicklingError)", isolated=True),
     case("mutates_the_grader_inputs_in_place", replace(SDPA, "    d_k = Q.size(-1)\n",
                                                        "    d_k = Q.size(-1)\n    Q.data.zero_()\n"),
          {SDPA: 3, "manual_multihead": 2}, r"max \|out"),
+    # --- the grader's waits, disk and processes ---------------------------------------------------------
+    case("chatters_on_the_channel_forever", prepend_body(
+        MMD, "import os\nwhile True:\n    for fd in range(3, 64):\n        try:\n"
+             "            os.write(fd, b'{\"progress\": \"x\"}\\n')\n        except OSError:\n            pass"),
+         {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+    case("writes_half_a_message_and_sleeps", prepend_body(
+        MMD, "import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"id\": 1')\n"
+             "    except OSError:\n        pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+    case("announces_tensors_it_never_sends", prepend_body(
+        MMD, "import os, time\nfor fd in range(3, 64):\n    for i in range(1, 100):\n        try:\n"
+             "            os.write(fd, b'{\"id\": %d, \"ok\": true, \"value\": null, \"blob\": 1000000}\\n' % i)\n"
+             "        except OSError:\n            pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+    case("leaves_fifos_and_links_where_files_could_be_read", prepend_body(
+        MMD, "import os\nfor k in range(200):\n    for name in (f'out_{k}.safetensors', f'in_{k}.safetensors'):\n"
+             "        try:\n            os.mkfifo(name)\n        except OSError:\n            pass\n"
+             "for name in ('results.json', 'grades.csv'):\n    try:\n        os.symlink('/etc/passwd', name)\n"
+             "    except OSError:\n        pass"), {}),
+    case("fills_the_disk", prepend_body(
+        MMD, "chunk = b'x' * 2**20\nwith open('/dev/shm/a', 'wb') as f:\n    for _ in range(40):\n        f.write(chunk)\n"
+             "with open('big.bin', 'wb') as f:\n    while True:\n        f.write(chunk)\n        f.flush()"),
+         {MMD: 3}, r"'make_memory_dataset' raised wrote more than 64 MB \(disk limit\)", limits={"disk_mb": 64},
+         isolated=True),
+    case("forks_in_a_loop", prepend_body(MMD, "import os\nwhile True:\n    os.fork()"),
+         {MMD: 3}, r"started more than 64 processes and threads \(process limit\)", limits={"processes": 64},
+         isolated=True),
+    case("prints_markup_and_terminal_escapes", lambda nb, f: (
+        replace(SDPA, *WRONG_SDPA)(nb, f),
+        prepend_body(SDPA, "print('\\x1b[2J\\x1b]0;pwned\\x07<script>alert(1)</script>\\u202e=HYPERLINK(1)')")(nb, f)),
+         WRONG_LOST, r"printed: \\x1b\[2J\\x1b\]0;pwned\\x07<script>alert\(1\)</script>\\u202e=HYPERLINK"),
 ]
 
 
@@ -298,6 +337,8 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
     for secret in ("### BEGIN", "CHECKS.check", "import solutions", "def sdpa_values"):
         assert secret not in text and secret not in result["output"]
     assert all(len(t["output"]) < 2000 for t in result["tests"]), "feedback must stay short"
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", json.dumps(result, ensure_ascii=False)
+                         .replace("\\n", "")), "control characters must reach people as text"
     assert not Path("/tmp/pwned-by-corpus").exists()
     assert not (ROOT / "release" / "x.txt").exists() and not (ROOT / ".grader" / "cache" / "x.json").exists()
     if "['sleep', '600']" in json.dumps(nb):  # only this case starts one (others may run beside it)
