@@ -1,15 +1,17 @@
 """Grade many submissions: in parallel, resumable, each result written the moment it is done."""
 import fcntl
 import json
+import os
 import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from autograder.engine import atomic_write, grade_notebook
-from autograder.sandbox import threads_per_worker
+from autograder.sandbox import STOP, threads_per_worker
 
 
 def find_submissions(paths, aid):
@@ -39,23 +41,39 @@ def failed_result(aid, name, reason):
 
 
 def grade_one(name, notebook, aid, items, device, results_dir, threads=None):
-    """Grade one submission under a lock; reuse a finished result from an earlier run."""
+    """Grade one submission under a lock; reuse a finished result from an earlier (or a parallel) run."""
     if results_dir is None:
         return _grade(name, notebook, aid, items, device, threads)
     out = results_dir / f"{name}.json"
-    lock = open(results_dir / f"{name}.lock", "w")
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another grader has it: wait, then take its result
+    with result_lock(results_dir / f".{name}.lock"):
         if out.exists():
             return json.loads(out.read_text())
         result = _grade(name, notebook, aid, items, device, threads)
         if not result.get("extra_data", {}).get("grader_error"):  # a grader failure is retried on the next run
             atomic_write(out, json.dumps(result, indent=1))
         return result
+
+
+@contextmanager
+def result_lock(path):
+    """An flock on `path`, removed when released: two graders sharing a results folder wait for each other.
+
+    The holder unlinks the file before unlocking; a waiter that then gets the lock on the unlinked file
+    sees that the path no longer names what it holds, and tries again.
+    """
+    while True:
+        lock = open(path, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        lock.close()
+    try:
+        yield
     finally:
+        path.unlink(missing_ok=True)
         lock.close()
 
 
@@ -69,7 +87,12 @@ def _grade(name, notebook, aid, items, device, threads=None):
 
 
 def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_dir=None, progress=None):
-    """[(name, result)] in the order given; each result is saved as soon as it is done."""
+    """[(name, result)] in the order given; each result is saved as soon as it is done.
+
+    Interrupted (KeyboardInterrupt, which `course grade` also makes of SIGTERM), every sandbox stops at
+    once, the submissions being graded get no result (nothing half-done is saved), and the interrupt goes
+    on to the caller; a rerun with the same results folder grades only what is missing.
+    """
     if results_dir is not None:
         results_dir = Path(results_dir)
         results_dir.mkdir(parents=True, exist_ok=True)
@@ -78,15 +101,20 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
     own_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)  # the grader's own reference computations share the cores too
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir, threads): name
-                       for name, nb in submissions}
-            for done, future in enumerate(as_completed(futures), 1):
-                name = futures[future]
-                results[name] = future.result()
-                if progress:
-                    progress(done, len(futures), name, results[name])
+        futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir, threads): name
+                   for name, nb in submissions}
+        for done, future in enumerate(as_completed(futures), 1):
+            name = futures[future]
+            results[name] = future.result()
+            if progress:
+                progress(done, len(futures), name, results[name])
+    except BaseException:
+        STOP.set()
+        raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        STOP.clear()
         torch.set_num_threads(own_threads)
     return [(name, results[name]) for name, _ in submissions]

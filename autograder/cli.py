@@ -1,6 +1,7 @@
 """The `course` command: one verb per job over the shared engine (grade, solve, sync, release, experiments, demo)."""
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,8 +25,14 @@ def cmd_grade(args):
     def progress(done, total, name, result):
         print(f"[{done}/{total}] {name}: {result['score']:g}/{result['max_score']:g} "
               f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
-    rows = grade_batch(subs, args.assignment, items=items, device=args.device, workers=args.workers,
-                       results_dir=args.results_dir, progress=progress)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a TA's kill is a Ctrl-C: keep what is done
+    try:
+        rows = grade_batch(subs, args.assignment, items=items, device=args.device, workers=args.workers,
+                           results_dir=args.results_dir, progress=progress)
+    except KeyboardInterrupt:
+        kept = f"; the finished results are in {args.results_dir}, and a rerun grades the rest" if args.results_dir else ""
+        print(f"interrupted: the submissions being graded were stopped and not scored{kept}", file=sys.stderr)
+        return 130
     shown = items or list(assignment.items)
     print(grade_table(rows, shown))
     for name, result in rows:
