@@ -344,3 +344,46 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
     if "['sleep', '600']" in json.dumps(nb):  # only this case starts one (others may run beside it)
         assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 600"], \
             "a process the submission started outlived its grading"
+
+
+COPIES_A_CLASSMATE = '''import glob, json, os
+
+def make_memory_dataset(n_samples, seq_len, seed=0):
+    for root in ("/srv", "/home", "/root", "/work", "/mnt", "/opt", "/var", "/tmp", os.getcwd()):
+        for path in glob.glob(root + "/**/*.ipynb", recursive=True):
+            for cell in json.load(open(path))["cells"]:
+                source = "".join(cell["source"])
+                if "def make_memory_dataset" in source and "NotImplementedError" not in source:
+                    ns = dict(globals())
+                    exec(source, ns)
+                    return ns["make_memory_dataset"](n_samples, seq_len, seed)
+    raise RuntimeError("found no classmate notebook")
+'''
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "not_isolated"])
+def test_a_classmate_notebook_in_a_batch_folder_outside_the_course_is_out_of_reach(isolate, monkeypatch):
+    """The batch lives in a folder of its own (not the course, not /tmp): only isolation keeps Bob's answer
+    from Alice, and without it the attack works, which is what shows the case can tell the two apart."""
+    import shutil
+    import tempfile
+    import autograder.sandbox as sandbox
+    if isolate and not can_isolate():
+        pytest.skip("needs the sandbox's isolation (root on Linux)")
+    monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
+    Path("/srv").mkdir(exist_ok=True)
+    batch = Path(tempfile.mkdtemp(prefix="course-batch-", dir="/srv"))
+    try:
+        batch.chmod(0o755)
+        for student, sources in (("bob", solved_sources(AID)), ("alice", {MMD: COPIES_A_CLASSMATE})):
+            (batch / student).mkdir(mode=0o755)
+            nbformat.write(with_cells(release_notebook(AID), sources), batch / student / f"{AID}.ipynb")
+            (batch / student / f"{AID}.ipynb").chmod(0o644)
+        result = grade_notebook(batch / "alice" / f"{AID}.ipynb", AID, items=[MMD], device="cpu", limits=LIMITS)
+    finally:
+        shutil.rmtree(batch)
+    [(score, max_score, lines)] = item_summary(result).values()
+    if isolate:
+        assert score == 1 and "RuntimeError: found no classmate notebook" in "\n".join(lines), lines
+    else:
+        assert score == max_score == POINTS[MMD], "without isolation the copy should have worked"

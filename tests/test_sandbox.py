@@ -1,6 +1,7 @@
 """The sandbox holds: hidden files, no network, time and memory limits, capped output, nothing outlives it."""
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,6 +64,7 @@ def whoami():
 
 @pytest.mark.skipif(not can_isolate(), reason="isolation needs root on Linux")
 def test_solutions_suites_and_course_files_are_invisible(probe):
+    assert probe.isolation == "namespaces"
     for path in ["solutions/w8l4_transformers.py", "autograder/suites/w8l4_transformers.py", "course.yaml",
                  "autograder/engine.py", ".git/HEAD", "assignments"]:
         assert ask(probe, "can_read", str(ROOT / path)) is False, path
@@ -71,11 +73,52 @@ def test_solutions_suites_and_course_files_are_invisible(probe):
 
 
 @pytest.mark.skipif(not can_isolate(), reason="isolation needs root on Linux")
-def test_no_network_and_no_writes_outside_scratch(probe):
-    assert ask(probe, "connect", "127.0.0.1", 22) is False
+def test_no_writes_outside_its_own_scratch_space(probe):
     assert ask(probe, "write", str(ROOT / "release" / "x.txt")) is False
     assert ask(probe, "write", "/etc/course-sandbox-test") is False
+    assert ask(probe, "write", "/usr/course-sandbox-test") is False
     assert ask(probe, "write", "scratch.txt") is True
+    assert ask(probe, "write", "/tmp/scratch.txt") is True
+
+
+@pytest.fixture
+def host_secrets(tmp_path):
+    """A listener on the host's loopback and files outside the sandbox's allowlist, all open to anyone."""
+    import socket
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(8)
+    places = [ROOT / ".grader", tmp_path, Path("/srv"), Path.home()]
+    files = []
+    for place in places:
+        place.mkdir(parents=True, exist_ok=True)
+        secret = place / f"course-sandbox-secret-{os.getpid()}.txt"
+        secret.write_text("secret")
+        secret.chmod(0o644)
+        files.append(secret)
+    for folder in {tmp_path, *tmp_path.parents}:  # pytest makes its tmp folders 0700; let any uid walk in
+        if str(folder).startswith("/tmp/"):
+            folder.chmod(0o755)
+    yield server.getsockname()[1], files
+    server.close()
+    for secret in files:
+        secret.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "not_isolated"])
+def test_the_host_network_and_files_are_out_of_reach_only_when_isolated(host_secrets, isolate, monkeypatch):
+    """The same probes, once isolated and once not: the test itself can tell the two apart."""
+    import autograder.sandbox as sandbox
+    if isolate and not can_isolate():
+        pytest.skip("isolation needs root on Linux")
+    monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
+    port, files = host_secrets
+    sb = started(("setup_probe", PROBE))
+    try:
+        reachable = ask(sb, "connect", "127.0.0.1", port)
+        readable = [ask(sb, "can_read", str(f)) for f in files]
+        assert (reachable, readable) == ((False, [False] * len(files)) if isolate else (True, [True] * len(files)))
+    finally:
+        sb.close()
 
 
 def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
