@@ -100,6 +100,14 @@ def cmd_experiments(args):
     return 1 if failed else 0
 
 
+def cmd_export(args):
+    from autograder.gradescope import export_gradescope
+    path = export_gradescope(args.id, args.output, device=args.device)
+    print(f"{args.id}: Gradescope autograder at {path} (upload it as the assignment's autograder, or try it here: "
+          f"otter run -a {path} SUBMISSION.ipynb)")
+    return 0
+
+
 def cmd_demo(args):
     from autograder.demo import demo
     return demo(device=args.device, workers=args.workers)
@@ -139,6 +147,13 @@ def main(argv=None):
     s.add_argument("ids", nargs="*")
     s.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     s.set_defaults(run=cmd_experiments)
+
+    s = sub.add_parser("export", help="build a Gradescope autograder zip (Otter-Grader) for one assignment")
+    s.add_argument("target", choices=["gradescope"])
+    s.add_argument("id")
+    s.add_argument("-o", "--output", default="autograder.zip")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.set_defaults(run=cmd_export)
 
     s = sub.add_parser("demo", help="release, example submissions, grading and the grade table, end to end")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
