@@ -41,6 +41,7 @@ c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadat
 # hidden-test region of a test cell; markdown is sanitised and written answers shown as text (never markup).
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", ClearHiddenTests, FeedbackSummary,
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
-c.HTMLExporter.template_name = "course_feedback"
+c.HTMLExporter.template_name = "feedback"  # nbgrader's, extended by autograder/templates/feedback/
+c.HTMLExporter.template_file = "course_feedback.html.j2"
 c.HTMLExporter.extra_template_basedirs = FEEDBACK_TEMPLATES
 c.HTMLExporter.sanitize_html = True

@@ -3,7 +3,7 @@
 `nbgrader autograde` runs TrustedGrade in place of executing the notebook in a kernel (see nbgrader_config.py):
 the student's code runs only in the sandbox, and each test cell's last value becomes the trusted partial score,
 which nbgrader's SaveAutoGrades reads as partial credit. The whole result is kept in the autograded notebook's
-metadata, where `nbgrader generate_feedback` (FeedbackSummary and templates/course_feedback) reads it back.
+metadata, where `nbgrader generate_feedback` (FeedbackSummary and templates/feedback/course_feedback.html.j2) reads it back.
 """
 import tempfile
 from html import escape
@@ -18,8 +18,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from autograder.notebook import nbgrader_meta
 from autograder.report import experiment_figures, item_reasons, item_summary, score_text
 
-FEEDBACK_TEMPLATES = [str(Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates"),
-                      str(Path(__file__).parent / "templates")]
+# course_feedback.html.j2 sits in a `feedback` folder found before nbgrader's, so it extends nbgrader's page
+FEEDBACK_TEMPLATES = [str(Path(__file__).parent / "templates"),
+                      str(Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates")]
 RESULTS_KEY = "course_results"
 
 
