@@ -68,8 +68,10 @@ def grade_table(rows, items, points=None, width=WIDTH):
     per_block = max(1, (width - name_w - total_w) // col_w)
     legend = [f"#{k} {item} ({score_text(points[item])})" if item in points else f"#{k} {item}"
               for k, item in enumerate(items, 1)]
-    lines = textwrap.wrap("items: " + "   ".join(legend), width, subsequent_indent="       ",
-                          break_long_words=True, break_on_hyphens=False)
+    # no-break spaces inside an entry, so that a line breaks only between entries
+    lines = [line.replace("\xa0", " ") for line in textwrap.wrap(
+        "items: " + "   ".join(e.replace(" ", "\xa0") for e in legend), width, subsequent_indent="       ",
+        break_long_words=True, break_on_hyphens=False)]
     summaries = {student: item_summary(result) for student, result in rows}
     for start in range(0, len(items), per_block):
         block = list(enumerate(items, 1))[start:start + per_block]
