@@ -9,7 +9,7 @@ from pathlib import Path
 
 from autograder.report import experiment_figures, item_reasons, item_summary, score_text
 
-NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")  # not digits of a name
 TOP_REASONS = 5
 
 

@@ -64,4 +64,5 @@ def test_class_report_escapes_and_groups(tmp_path):
     assert "<script>" not in page and "<img src=x" not in page
     assert "3 graded submissions" in page and page.count("data:image/png;base64,") == 2
     assert normalised("max 0.0125 at batch 1 (tolerance 1e-05)") == "max # at batch # (tolerance #)"
+    assert normalised("'conv2d' of lab14") == "'conv2d' of lab14"
     assert "<b>2</b> &times;" in page and "<b>1</b> &times;" in page  # two alike, one with a script tail
