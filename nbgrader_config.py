@@ -1,14 +1,16 @@
 """nbgrader's view of this repository: sources in assignments/, the release in release/, state in .nbgrader/."""
 import os
 
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, IgnorePattern,
-                                    LimitOutput, SaveAutoGrades)
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, ClearMarkScheme,
+                                    ClearOutput, ClearSolutions, ComputeChecksums, IgnorePattern, IncludeHeaderFooter,
+                                    InstantiateTests, LimitOutput, LockCells, SaveAutoGrades, SaveCells)
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 
-from autograder.nbgrader_plugin import TrustedGrade
+from autograder.nbgrader_plugin import FEEDBACK_TEMPLATES, FeedbackSummary, TrustedGrade
 
 here = os.path.dirname(os.path.abspath(__file__))
 state = os.path.join(here, ".nbgrader")  # git-ignored: gradebook, submissions, autograded and feedback folders
+os.makedirs(state, exist_ok=True)  # sqlite creates the gradebook file, not its folder (a fresh clone has none)
 
 c = get_config()  # noqa: F821 -- provided by nbgrader when it loads this file
 c.CourseDirectory.root = here
@@ -25,10 +27,21 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 c.OverwriteKernelspec.enabled = True
 c.ExecutePreprocessor.kernel_name = "python3"
 
+# The gradebook keeps each cell as released (hidden-test region already cleared), so the checksum nbgrader
+# compares at autograde is the one the student's copy carries: an untouched test cell raises no warning.
+c.GenerateAssignment.preprocessors = [IncludeHeaderFooter, InstantiateTests, LockCells, ClearSolutions, ClearOutput,
+                                      CheckCellMetadata, ClearHiddenTests, ClearMarkScheme, ComputeChecksums,
+                                      SaveCells, CheckCellMetadata]
+
 # Autograde: the isolated engine scores the test cells instead of running the notebook in a kernel
 # (student code never runs in nbgrader's process, and a test cell's printed text cannot forge a score).
 c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-# Feedback shows each check's message, never the hidden-test region of a test cell.
-c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", ClearHiddenTests,
+# Feedback opens with a summary of the grade (items, reasons, experiments), shows each check's message, never the
+# hidden-test region of a test cell; markdown is sanitised and written answers shown as text (never markup).
+c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", ClearHiddenTests, FeedbackSummary,
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+c.HTMLExporter.template_name = "feedback"  # nbgrader's, extended by autograder/templates/feedback/
+c.HTMLExporter.template_file = "course_feedback.html.j2"
+c.HTMLExporter.extra_template_basedirs = FEEDBACK_TEMPLATES
+c.HTMLExporter.sanitize_html = True

@@ -132,15 +132,22 @@ def execute(path, timeout=900, allow_errors=False, env=None):
     return nb
 
 
+# The scratch course folder runs the repository's own nbgrader_config.py (one set of nbgrader settings), with
+# its folders moved into the scratch folder; the gradebook is the repository's (registered for autograde) or a
+# scratch one when the release goes elsewhere (a test's or the demo's copy).
 NBGRADER_CONFIG = """
-c = get_config()
+exec(open({repo_config!r}).read())
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
-c.CourseDirectory.db_url = "sqlite:///{root}/gradebook.db"
-c.IncludeHeaderFooter.header = ""
-c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
+c.CourseDirectory.db_url = {db_url!r}
 """
+
+
+def gradebook_url(root=ROOT):
+    """The gradebook that the repository's nbgrader_config.py names (where `nbgrader autograde` looks)."""
+    from traitlets.config.loader import PyFileConfigLoader
+    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config().CourseDirectory.db_url
 
 
 def run_nbgrader(args, cwd):
@@ -150,10 +157,15 @@ def run_nbgrader(args, cwd):
                           capture_output=True, text=True)
 
 
-def generate(aids, out_root):
-    """nbgrader generate_assignment on the source notebooks, in a scratch course folder; returns its release/."""
+def generate(aids, out_root, db_url=None):
+    """nbgrader generate_assignment on the source notebooks in a scratch course folder; its release/ to out_root.
+
+    With `db_url` the assignments (their cells, points and checksums) are registered in that gradebook, which is
+    what `nbgrader autograde` needs; without, the scratch folder's own gradebook is thrown away.
+    """
     work = Path(tempfile.mkdtemp(prefix="course-release-"))
-    (work / "nbgrader_config.py").write_text(NBGRADER_CONFIG.format(root=str(work)))
+    (work / "nbgrader_config.py").write_text(NBGRADER_CONFIG.format(
+        repo_config=str(ROOT / "nbgrader_config.py"), root=str(work), db_url=db_url or f"sqlite:///{work}/gradebook.db"))
     for aid in aids:
         (work / "source" / aid).mkdir(parents=True)
         shutil.copy(notebook_path(aid), work / "source" / aid / f"{aid}.ipynb")
@@ -168,13 +180,17 @@ def generate(aids, out_root):
 
 
 def release(aids=None, out_root=None):
-    """Sync, generate and verify the student release; raises ReleaseError listing every problem."""
+    """Sync, generate and verify the student release; raises ReleaseError listing every problem.
+
+    The repository's own release (no out_root) also registers the assignments in its nbgrader gradebook.
+    """
     course = load_course()
     aids = list(aids or course.assignments)
     for aid in aids:
         sync(aid)
+    db_url = None if out_root else gradebook_url()
     out_root = Path(out_root or ROOT / "release")
-    generate(aids, out_root)
+    generate(aids, out_root, db_url)
     problems = []
     for aid in aids:
         problems += verify(aid, out_root / aid)

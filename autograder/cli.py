@@ -1,5 +1,7 @@
-"""The `course` command: one verb per job over the shared engine (grade, solve, sync, release, experiments, demo)."""
+"""The `course` command: one verb per job over the shared engine (grade, report, solve, sync, release, export,
+experiments, demo)."""
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -9,9 +11,32 @@ from pathlib import Path
 from autograder.config import ConfigError, load_course
 
 
+@contextlib.contextmanager
+def progress_reporter(total):
+    """grade_batch's progress callback: a tqdm bar on a terminal's stderr, one plain line per submission otherwise."""
+    t0 = time.time()
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="notebook", file=sys.stderr, dynamic_ncols=True)
+
+        def progress(done, total, name, result):
+            bar.set_postfix_str(f"{name}: {result['score']:g}/{result['max_score']:g}", refresh=False)
+            bar.update(1)
+        try:
+            yield progress
+        finally:
+            bar.close()
+        return
+
+    def progress(done, total, name, result):
+        print(f"[{done}/{total}] {name}: {result['score']:g}/{result['max_score']:g} "
+              f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    yield progress
+
+
 def cmd_grade(args):
     from autograder.batch import find_submissions, grade_batch
-    from autograder.report import grade_table, lost_points, write_csv
+    from autograder.report import grade_table, reason_lines, write_csv
     course = load_course()
     assignment = course.assignment(args.assignment)
     items = args.items.split(",") if args.items else None
@@ -20,29 +45,21 @@ def cmd_grade(args):
         raise ConfigError(f"--items: {', '.join(unknown)} not in {args.assignment} "
                           f"(known: {', '.join(assignment.items)})")
     subs = find_submissions(args.paths, args.assignment)
-    t0 = time.time()
-
-    def progress(done, total, name, result):
-        print(f"[{done}/{total}] {name}: {result['score']:g}/{result['max_score']:g} "
-              f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a TA's kill is a Ctrl-C: keep what is done
     try:
-        rows = grade_batch(subs, args.assignment, items=items, device=args.device, workers=args.workers,
-                           results_dir=args.results_dir, progress=progress)
+        with progress_reporter(len(subs)) as progress:
+            rows = grade_batch(subs, args.assignment, items=items, device=args.device, workers=args.workers,
+                               results_dir=args.results_dir, progress=progress)
     except KeyboardInterrupt:
         kept = f"; the finished results are in {args.results_dir}, and a rerun grades the rest" if args.results_dir else ""
         print(f"interrupted: the submissions being graded were stopped and not scored{kept}", file=sys.stderr)
         return 130
     shown = items or list(assignment.items)
-    print(grade_table(rows, shown))
-    for name, result in rows:
-        reasons, extra = lost_points(result, limit=args.reasons)
-        if result.get("output"):
-            print(f"  {name}: {result['output'][:300]}")
-        for r in reasons:
-            print(f"  {name}: {r}")
-        if extra:
-            print(f"  {name}: {extra.strip()}")
+    print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}))
+    reasons = [line for name, result in rows for line in reason_lines(name, result, limit=args.reasons)]
+    if reasons:
+        print("\nwhy points were lost:")
+        print("\n".join(reasons))
     if args.json:
         payload = rows[0][1] if len(rows) == 1 else [{"submission": n, **r} for n, r in rows]
         Path(args.json).write_text(json.dumps(payload, indent=1))
@@ -100,11 +117,23 @@ def cmd_experiments(args):
     return 1 if failed else 0
 
 
+<<<<<<< HEAD
 def cmd_export(args):
     from autograder.gradescope import export_gradescope
     path = export_gradescope(args.id, args.output, device=args.device)
     print(f"{args.id}: Gradescope autograder at {path} (upload it as the assignment's autograder, or try it here: "
           f"otter run -a {path} SUBMISSION.ipynb)")
+    return 0
+
+
+def cmd_report(args):
+    from autograder.class_report import class_report
+    try:
+        page = class_report(args.results_dir)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    Path(args.out).write_text(page)
+    print(f"class report written to {args.out}")
     return 0
 
 
@@ -128,6 +157,11 @@ def main(argv=None):
     g.add_argument("--results-dir", help="save each result here as it finishes; a rerun grades only what is missing")
     g.add_argument("--reasons", type=int, default=4, help="lost-point reasons shown per submission")
     g.set_defaults(run=cmd_grade)
+
+    s = sub.add_parser("report", help="the class's view as one HTML page, from a folder of results.json files")
+    s.add_argument("results_dir", metavar="RESULTS_DIR", help="what `course grade --results-dir` wrote")
+    s.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default report.html)")
+    s.set_defaults(run=cmd_report)
 
     s = sub.add_parser("sync", help="rewrite source notebooks' graded cells from solutions/ and points from course.yaml")
     s.add_argument("ids", nargs="*")

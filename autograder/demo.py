@@ -6,7 +6,7 @@ from autograder.batch import grade_batch
 from autograder.build import ReleaseError, release
 from autograder.config import ROOT, load_course
 from autograder.examples import write_examples
-from autograder.report import experiment_lines, grade_table, lost_points
+from autograder.report import experiment_lines, grade_table, reason_lines
 
 DEMO = ROOT / "build" / "demo"
 
@@ -32,11 +32,7 @@ def demo(device="auto", workers=2):
         rows = grade_batch(subs, aid, device=device, workers=workers, results_dir=DEMO / "results" / aid)
         print(grade_table(rows, list(assignment.items)))
         for name, result in rows:
-            reasons, extra = lost_points(result)
-            for r in reasons:
-                print(f"  {name}: {r}")
-            if extra:
-                print(f"  {name}: {extra.strip()}")
+            print("\n".join(f"  {line}" for line in reason_lines(name, result, width=118)))
         failures += [f"{aid}/{name}: {result['output']}" for name, result in rows
                      if result.get("extra_data", {}).get("grader_error")]
         complete = dict(rows)["complete"]

@@ -1,5 +1,8 @@
-"""What people read: per-item summaries, the grade table, CSV rows."""
+"""What people read: per-item summaries and reasons, the grade table, CSV rows, the experiments' figures."""
 import csv
+import textwrap
+
+WIDTH = 120  # the terminal table's width
 
 
 def item_summary(result):
@@ -15,26 +18,85 @@ def item_summary(result):
     return out
 
 
-def lost_points(result, limit=4):
-    """The first few reasons for lost points, one short line each."""
-    reasons = []
+def check_kind(test):
+    """'values' from the test name 'item: values'."""
+    return test["name"].split(": ", 1)[-1]
+
+
+def item_reasons(result):
+    """item -> its distinct reasons for lost points, in check order; checks failing alike give one reason.
+
+    A reason is the check's message without the student's printed text (the feedback shows that in full);
+    an experiment's reason keeps its measured figures.
+    """
+    out = {}
     for test in result["tests"]:
-        if test["score"] < test["max_score"]:
-            reasons.append(f"{test['name']}: {(test['output'] or '').splitlines()[0][:110] if test['output'] else ''}")
-    extra = f" (+{len(reasons) - limit} more)" if len(reasons) > limit else ""
+        if test["score"] >= test["max_score"]:
+            continue
+        lines = [line for line in (test["output"] or "no message").splitlines() if line.strip()]
+        printed = next((k for k, line in enumerate(lines) if line.startswith("printed: ")), len(lines))
+        message = "; ".join(lines[:printed] if "extra_data" in test else lines[:min(printed, 1)]) or "no message"
+        reasons = out.setdefault(test["item"], {})
+        reasons.setdefault(message, []).append(check_kind(test))
+    return {item: [(kinds, message) for message, kinds in reasons.items()] for item, reasons in out.items()}
+
+
+def lost_points(result, limit=4):
+    """The first few reasons for lost points, one per item and message: ['item (kinds): message'], and '+N more'."""
+    reasons = [f"{item} ({', '.join(kinds)}): {message}"
+               for item, found in item_reasons(result).items() for kinds, message in found]
+    extra = f"+{len(reasons) - limit} more" if len(reasons) > limit else ""
     return reasons[:limit], extra
 
 
-def grade_table(rows, items):
-    """A per-student, per-item table: rows are (student, result)."""
-    short = {i: (i if len(i) <= 10 else i[:9] + ".") for i in items}
-    head = f"{'submission':<28}" + "".join(f"{short[i]:>11}" for i in items) + f"{'total':>12}"
-    lines = [head, "-" * len(head)]
-    for student, result in rows:
-        by_item = item_summary(result)
-        cells = "".join(f"{by_item[i][0]:>7.1f}/{by_item[i][1]:<3g}" if i in by_item else f"{'-':>11}" for i in items)
-        lines.append(f"{student[:27]:<28}{cells}{result['score']:>7.1f}/{result['max_score']:<4g}")
+def score_text(value):
+    return f"{value:.1f}" if value != int(value) else f"{int(value)}"
+
+
+def grade_table(rows, items, points=None, width=WIDTH):
+    """Per-student scores under numbered item columns, with a legend; blocks of columns so no line exceeds width.
+
+    rows are (student, result); points maps item -> its maximum (taken from the results when not given).
+    """
+    if points is None:
+        points = {}
+        for _, result in rows:
+            for item, (_, max_score, _) in item_summary(result).items():
+                points.setdefault(item, max_score)
+    name_w = min(24, max([len("submission")] + [len(s) for s, _ in rows])) + 2
+    col_w, total_w = 6, 14
+    per_block = max(1, (width - name_w - total_w) // col_w)
+    legend = [f"#{k} {item} ({score_text(points[item])})" if item in points else f"#{k} {item}"
+              for k, item in enumerate(items, 1)]
+    # no-break spaces inside an entry, so that a line breaks only between entries
+    lines = [line.replace("\xa0", " ") for line in textwrap.wrap(
+        "items: " + "   ".join(e.replace(" ", "\xa0") for e in legend), width, subsequent_indent="       ",
+        break_long_words=True, break_on_hyphens=False)]
+    summaries = {student: item_summary(result) for student, result in rows}
+    for start in range(0, len(items), per_block):
+        block = list(enumerate(items, 1))[start:start + per_block]
+        last = start + per_block >= len(items)
+        head = f"{'submission':<{name_w}}" + "".join(f"{'#' + str(k):>{col_w}}" for k, _ in block)
+        head += f"{'total':>{total_w}}" if last else ""
+        lines += ["", head, "-" * len(head)]
+        for student, result in rows:
+            name = student if len(student) <= name_w - 2 else student[:name_w - 3] + "~"
+            by_item = summaries[student]
+            cells = "".join(f"{score_text(by_item[i][0]) if i in by_item else '-':>{col_w}}" for _, i in block)
+            total = f"{score_text(result['score'])}/{score_text(result['max_score'])}" if last else ""
+            lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}")
     return "\n".join(lines)
+
+
+def reason_lines(name, result, limit=4, width=WIDTH):
+    """The submission's reasons for lost points, each wrapped (never cut) to width under the submission's name."""
+    out = []
+    if result.get("output"):
+        out += textwrap.wrap(f"{name}: {result['output']}", width, subsequent_indent="    ")
+    reasons, extra = lost_points(result, limit)
+    for reason in reasons + ([extra] if extra else []):
+        out += textwrap.wrap(f"{name}: {reason}", width, subsequent_indent="    ", break_on_hyphens=False)
+    return out
 
 
 def write_csv(path, rows, items):
@@ -44,6 +106,25 @@ def write_csv(path, rows, items):
         for student, result in rows:
             by_item = item_summary(result)
             w.writerow([student, *[by_item.get(i, (0, 0, []))[0] for i in items], result["score"], result["max_score"]])
+
+
+def experiment_figures(result):
+    """One dict per experiment of a graded result: its name and item, the measured metrics, the lecture's
+    figures and the thresholds (as text), passed or not, and the points."""
+    from autograder.config import load_course
+    aid = result["extra_data"]["assignment"]
+    experiments = load_course().assignment(aid).experiments
+    out = []
+    for test in result["tests"]:
+        data = test.get("extra_data", {})
+        if "experiment" in data and data["experiment"] in experiments:
+            exp = experiments[data["experiment"]]
+            metrics = {k: v for k, v in (data.get("metrics") or {}).items() if isinstance(v, (int, float))}
+            out.append({"name": exp.name, "item": test["item"], "description": exp.description, "metrics": metrics,
+                        "lecture": dict(exp.lecture), "threshold": {k: str(b) for k, b in exp.threshold.items()},
+                        "bounds": exp.threshold, "passed": test["score"] >= test["max_score"],
+                        "score": test["score"], "max_score": test["max_score"], "seed": data.get("seed")})
+    return out
 
 
 def experiment_lines(aid, result):
