@@ -117,7 +117,6 @@ def cmd_experiments(args):
     return 1 if failed else 0
 
 
-<<<<<<< HEAD
 def cmd_export(args):
     from autograder.gradescope import export_gradescope
     path = export_gradescope(args.id, args.output, device=args.device)
