@@ -105,7 +105,13 @@ def write_csv(path, rows, items):
         w.writerow(["submission", *items, "score", "max_score"])
         for student, result in rows:
             by_item = item_summary(result)
-            w.writerow([student, *[by_item.get(i, (0, 0, []))[0] for i in items], result["score"], result["max_score"]])
+            w.writerow([as_cell(student), *[by_item.get(i, (0, 0, []))[0] for i in items], result["score"],
+                        result["max_score"]])
+
+
+def as_cell(text):
+    """A spreadsheet cell that stays text: a leading =, +, -, @ or tab would make it a formula (OWASP CSV injection)."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def experiment_figures(result):

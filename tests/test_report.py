@@ -66,3 +66,13 @@ def test_class_report_escapes_and_groups(tmp_path):
     assert normalised("max 0.0125 at batch 1 (tolerance 1e-05)") == "max # at batch # (tolerance #)"
     assert normalised("'conv2d' of lab14") == "'conv2d' of lab14"
     assert "<b>2</b> &times;" in page and "<b>1</b> &times;" in page  # two alike, one with a script tail
+
+
+def test_the_csv_keeps_a_formula_looking_name_as_text(tmp_path):
+    import csv
+    from autograder.report import write_csv
+    items = list(load_course().assignment(AID).items)
+    write_csv(tmp_path / "grades.csv", [("=HYPERLINK(\"http://x\",\"y\")", result()), ("-2+3", result()),
+                                        ("alice", result())], items)
+    names = [row[0] for row in csv.reader(open(tmp_path / "grades.csv"))][1:]
+    assert names == ["'=HYPERLINK(\"http://x\",\"y\")", "'-2+3", "alice"]
