@@ -1,0 +1,154 @@
+"""Gradescope and Otter-Grader: the exported zip grades exactly as `course grade` does, executes none of the
+student's code outside the sandbox, holds everything it needs, and the grader degrades without CAP_SYS_ADMIN."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.engine import grade_notebook
+from autograder.examples import examples, release_notebook, solved_sources, with_cells
+from autograder.gradescope import COURSE_DIR, export_gradescope, requirements
+from autograder.sandbox import can_isolate
+
+pytestmark = pytest.mark.grading
+AID = "lab14_transformers"
+SDPA = "scaled_dot_product_attention"
+OTTER = Path(sys.executable).with_name("otter")
+
+
+@pytest.fixture(scope="module")
+def autograder_zip(tmp_path_factory):
+    return export_gradescope(AID, tmp_path_factory.mktemp("export") / "autograder.zip", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def submissions(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    made = {name: nb for name, nb in examples(AID).items() if name in ("complete", "empty", "partly_right")}
+    out = {}
+    for name, nb in made.items():
+        out[name] = folder / name / f"{AID}.ipynb"
+        out[name].parent.mkdir()
+        nbformat.write(nb, out[name])
+    return out
+
+
+def by_test(results_json):
+    """name -> (score, max_score, output) of the per-check tests in a results.json."""
+    return {t["name"]: (t["score"], t["max_score"], t["output"]) for t in results_json["tests"]}
+
+
+def otter_run(zip_path, notebook, out_dir):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = subprocess.run([str(OTTER), "run", "-a", str(zip_path), "-o", str(out_dir), str(notebook)],
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads((out_dir / "results.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["complete", "empty", "partly_right"])
+def test_otter_run_gives_the_same_scores_and_reasons_as_course_grade(autograder_zip, submissions, name, tmp_path):
+    ours = grade_notebook(submissions[name], AID, device="cpu")
+    theirs = otter_run(autograder_zip, submissions[name], tmp_path / "out")
+    assert by_test(theirs) == by_test(ours)
+    assert all(t["visibility"] == "visible" for t in theirs["tests"])
+    assert "stdout_visibility" not in theirs or theirs["stdout_visibility"] == "hidden"
+    total = sum(t["score"] for t in theirs["tests"])
+    if name == "complete":
+        assert total == ours["max_score"] > 0
+    elif name == "empty":
+        assert total == 0
+    else:
+        assert 0 < total < ours["max_score"]
+
+
+CHEATS = '''import json, os, torch
+torch.allclose = lambda *a, **k: True
+for folder in ("../results", "/autograder/results", "."):
+    try:
+        json.dump({"score": 100, "tests": []}, open(os.path.join(folder, "results.json"), "w"))
+    except OSError:
+        pass
+open("/tmp/otter-ran-the-student-code-%s" % os.getpid(), "w").close()
+'''
+
+
+def test_through_otter_a_cheating_submission_gains_nothing_and_no_student_code_runs_outside_the_sandbox(
+        autograder_zip, tmp_path):
+    """A wrong answer plus a notebook cell that patches torch.allclose, forges results.json and leaves a mark."""
+    sources = solved_sources(AID)
+    sources[SDPA] = sources[SDPA].replace("/ math.sqrt(d_k)", "", 1)
+    nb = with_cells(release_notebook(AID), sources)
+    nb.cells.append(nbformat.v4.new_code_cell(CHEATS))
+    path = tmp_path / "cheat" / f"{AID}.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    marks_before = set(Path("/tmp").glob("otter-ran-the-student-code-*"))
+    theirs = otter_run(autograder_zip, path, tmp_path / "out")
+    ours = grade_notebook(path, AID, device="cpu", experiments=True)
+    assert by_test(theirs) == by_test(ours)
+    lost = {name for name, (score, max_score, _) in by_test(theirs).items() if score < max_score}
+    assert lost and all(name.startswith((SDPA, "manual_multihead")) for name in lost), lost
+    assert set(Path("/tmp").glob("otter-ran-the-student-code-*")) == marks_before, \
+        "Otter's kernel (or the grader) ran the student's code outside the sandbox"
+
+
+def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(autograder_zip, submissions,
+                                                                                tmp_path):
+    """Unpacked into /autograder's layout (here a temporary root) and run as its run_autograder does, with the
+    zip's own copy of the course (not this checkout's), MNIST from the zip, and no network."""
+    with zipfile.ZipFile(autograder_zip) as zf:
+        names = set(zf.namelist())
+        setup = zf.read("setup.sh").decode()
+        environment = zf.read("environment.yml").decode()
+        config = json.loads(zf.read("otter_config.json"))
+        for needed in ("run_autograder", "run_otter.py", "tests/", f"{COURSE_DIR}/course.yaml",
+                       f"{COURSE_DIR}/pyproject.toml", f"{COURSE_DIR}/solutions/{AID}.py",
+                       f"{COURSE_DIR}/autograder/suites/{AID}.py", f"{COURSE_DIR}/autograder/harness/{AID}.py",
+                       f"{COURSE_DIR}/autograder/sandbox_child.py", f"{COURSE_DIR}/release/{AID}/{AID}.ipynb"):
+            assert needed in names, needed
+        assert any(n.startswith(f"{COURSE_DIR}/data/mnist/t10k-images") for n in names)
+        root = tmp_path / "autograder"
+        zf.extractall(root / "source")
+    for pin in requirements():
+        assert pin in environment
+    assert "python=3.11" in environment
+    assert f"pip install -e /autograder/source/{COURSE_DIR}" in setup and "load_mnist()" in setup
+    assert config["plugins"] == [{"autograder.otter_plugin.CourseGrader": {"assignment": AID, "device": "cpu"}}]
+    (root / "submission").mkdir()
+    (root / "results").mkdir()
+    (root / "submission_metadata.json").write_text("{}")
+    shutil.copy(submissions["complete"], root / "submission")
+    course = root / "source" / COURSE_DIR
+    env = {**os.environ, "PYTHONPATH": str(course), "COURSE_MNIST_DOWNLOAD": "0", "COURSE_NO_CACHE": "1"}
+    env.pop("COURSE_MNIST_DIR", None)
+    run = subprocess.run([sys.executable, "-c", "import autograder, sys\n"
+                          f"assert autograder.__file__.startswith({str(course)!r}), autograder.__file__\n"
+                          "from otter.run.run_autograder import main\n"
+                          f"main({str(root)!r})"],  # what run_otter.py does, with /autograder overridden
+                         capture_output=True, text=True, timeout=1200, env=env, cwd=root)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads((root / "results" / "results.json").read_text())
+    assert sum(t["score"] for t in result["tests"]) == sum(t["max_score"] for t in result["tests"]) > 0
+    assert any("experiment memory_task" in t["name"] and t["score"] > 0 for t in result["tests"])
+
+
+@pytest.mark.skipif(not can_isolate() or not shutil.which("capsh"), reason="needs root and capsh")
+def test_without_cap_sys_admin_the_grader_degrades_to_a_fresh_uid_and_still_grades(submissions, tmp_path):
+    """As in a Docker-default container (Gradescope, `otter grade`): no namespaces, still a fresh uid."""
+    out = tmp_path / "result.json"
+    code = (f"from autograder.engine import grade_notebook\nimport json\n"
+            f"json.dump(grade_notebook({str(submissions['complete'])!r}, {AID!r}, device='cpu', experiments=False),"
+            f" open({str(out)!r}, 'w'))")
+    run = subprocess.run(["capsh", "--drop=cap_sys_admin", "--", "-c", f"{sys.executable} -c \"$0\"", code],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["extra_data"]["isolation"] == "uid"
+    assert result["score"] == result["max_score"] > 0
