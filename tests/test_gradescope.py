@@ -139,16 +139,48 @@ def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(
     assert any("experiment memory_task" in t["name"] and t["score"] > 0 for t in result["tests"])
 
 
+UID_LEVEL_CASES = """
+import json, sys
+import nbformat
+from autograder.engine import grade_notebook
+from tests.test_corpus import AID, LIMITS, MMD, SDPA, WRONG_SDPA, append, prepend_body, replace, solved
+cases = {
+    "complete": (lambda nb: None, {}),
+    "forks_in_a_loop": (prepend_body(MMD, "import os\\nwhile True:\\n    os.fork()"), {"processes": 64}),
+    "spawns_a_background_process": (append(MMD, "import subprocess\\n_p = subprocess.Popen(['sleep', '601'], "
+                                                 "start_new_session=True)"), {}),
+    "patched_torch_allclose": (lambda nb: (replace(SDPA, *WRONG_SDPA)(nb, None),
+                                           append(SDPA, "torch.allclose = lambda *a, **k: True")(nb, None)), {}),
+}
+out = {}
+for name, (edit, limits) in cases.items():
+    nb = solved()
+    edit(nb) if name in ("complete", "patched_torch_allclose") else edit(nb, None)
+    path = sys.argv[1] + "/" + name + ".ipynb"
+    nbformat.write(nb, path)
+    out[name] = grade_notebook(path, AID, device="cpu", experiments=False, limits={**LIMITS, **limits})
+json.dump(out, open(sys.argv[1] + "/results.json", "w"))
+"""
+
+
 @pytest.mark.skipif(not can_isolate() or not shutil.which("capsh"), reason="needs root and capsh")
-def test_without_cap_sys_admin_the_grader_degrades_to_a_fresh_uid_and_still_grades(submissions, tmp_path):
-    """As in a Docker-default container (Gradescope, `otter grade`): no namespaces, still a fresh uid."""
-    out = tmp_path / "result.json"
-    code = (f"from autograder.engine import grade_notebook\nimport json\n"
-            f"json.dump(grade_notebook({str(submissions['complete'])!r}, {AID!r}, device='cpu', experiments=False),"
-            f" open({str(out)!r}, 'w'))")
-    run = subprocess.run(["capsh", "--drop=cap_sys_admin", "--", "-c", f"{sys.executable} -c \"$0\"", code],
-                         capture_output=True, text=True, timeout=600)
+def test_without_cap_sys_admin_the_grader_degrades_to_a_fresh_uid_and_its_limits_still_hold(tmp_path):
+    """As in a Docker-default container (Gradescope, `otter grade`): no namespaces, still a fresh uid, so the
+    process limit, the kill by uid and the grader's own comparisons hold; the solution keeps full marks."""
+    from autograder.report import item_summary
+    from tests.test_corpus import MMD, POINTS, WRONG_LOST, _cmdline
+    script = tmp_path / "cases.py"
+    script.write_text(UID_LEVEL_CASES)
+    run = subprocess.run(["capsh", "--drop=cap_sys_admin", "--", "-c", f"{sys.executable} {script} {tmp_path}"],
+                         capture_output=True, text=True, timeout=900, cwd=Path(__file__).parent.parent,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
     assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["extra_data"]["isolation"] == "uid"
-    assert result["score"] == result["max_score"] > 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    lost = {name: {i: POINTS[i] - s for i, (s, _, _) in item_summary(r).items() if s < POINTS[i]}
+            for name, r in results.items()}
+    assert {name: r["extra_data"]["isolation"] for name, r in results.items()} == dict.fromkeys(results, "uid")
+    assert lost == {"complete": {}, "forks_in_a_loop": {MMD: 3}, "spawns_a_background_process": {},
+                    "patched_torch_allclose": WRONG_LOST}
+    assert "process limit" in json.dumps(results["forks_in_a_loop"])
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 601"]
+    assert not left, "a process the submission started outlived its grading"
