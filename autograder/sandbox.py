@@ -108,15 +108,30 @@ def _uids_in_use():
 
 def pids_of_uid(uid):
     """Live (not zombie) processes owned by `uid`."""
-    out = []
+    return [pid for pid, (_, owner) in processes().items() if owner == uid]
+
+
+def processes():
+    """pid -> (ppid, uid) of every live (not zombie) process."""
+    out = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if d.stat().st_uid == uid and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    out.append(int(d.name))
-            except (OSError, IndexError):
+                stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                if stat[0] != "Z":
+                    out[int(d.name)] = (int(stat[1]), d.stat().st_uid)
+            except (OSError, IndexError, ValueError):
                 pass
     return out
+
+
+def descendants(root):
+    """pid -> uid of the live processes under `root` (a grader's zygote, monitors, sandboxes, the student's)."""
+    procs, found, frontier = processes(), set(), {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _) in procs.items() if ppid in frontier} - found
+        found |= frontier
+    return {pid: procs[pid][1] for pid in found}
 
 
 def memory_bytes(pids):

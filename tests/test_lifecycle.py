@@ -12,36 +12,13 @@ import nbformat
 import pytest
 
 from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.sandbox import UID_BASE, UID_SPAN, can_isolate
+from autograder.sandbox import UID_BASE, UID_SPAN, can_isolate, descendants, processes
 from tests.test_batch import course_grade, stable
 
 pytestmark = [pytest.mark.grading, pytest.mark.skipif(not can_isolate(), reason="sandbox uids need root")]
 AID = "lab14_transformers"
 MMD = "make_memory_dataset"
 ITEMS = f"scaled_dot_product_attention,{MMD}"
-
-
-def processes():
-    """pid -> (ppid, uid) of every live process."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
-                if stat[0] != "Z":
-                    out[int(d.name)] = (int(stat[1]), d.stat().st_uid)
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
-def descendants(root):
-    """Live processes under `root` (the zygote, monitors, sandboxes and what the student started)."""
-    procs, found, frontier = processes(), set(), {root}
-    while frontier:
-        frontier = {pid for pid, (ppid, _) in procs.items() if ppid in frontier} - found
-        found |= frontier
-    return {pid: procs[pid][1] for pid in found}
 
 
 def sandbox_uids(pids):
