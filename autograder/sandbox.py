@@ -419,7 +419,7 @@ class Sandbox:
         line, self.buf = self.buf.split(b"\n", 1)
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a forged line, say a thousand nested lists deep
             msg = None
         size = msg.get("blob", 0) if isinstance(msg, dict) else None
         if not isinstance(size, int) or size < 0:

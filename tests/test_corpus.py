@@ -289,6 +289,9 @@ CORPUS = [
         MMD, "import os, time\nfor fd in range(3, 64):\n    for i in range(1, 100):\n        try:\n"
              "            os.write(fd, b'{\"id\": %d, \"ok\": true, \"value\": null, \"blob\": 1000000}\\n' % i)\n"
              "        except OSError:\n            pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+    case("sends_a_deeply_nested_line_on_the_channel", prepend_body(
+        MMD, "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'[' * 200000 + b'\\n')\n"
+             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol"),
     case("leaves_fifos_and_links_where_files_could_be_read", prepend_body(
         MMD, "import os\nfor k in range(200):\n    for name in (f'out_{k}.safetensors', f'in_{k}.safetensors'):\n"
              "        try:\n            os.mkfifo(name)\n        except OSError:\n            pass\n"
