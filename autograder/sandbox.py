@@ -248,6 +248,12 @@ class OutputTap(threading.Thread):
         self.lock = threading.Lock()
 
     def run(self):
+        try:
+            self._drain()
+        finally:
+            os.close(self.fd)  # EOF: every process that could print is gone
+
+    def _drain(self):
         while True:
             try:
                 chunk = os.read(self.fd, 65536)
