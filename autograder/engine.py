@@ -140,7 +140,7 @@ class Outcome:
         self.item, self.kind, self.max_score = item, kind, float(max_score)
         self.score, self.output, self.seconds = 0.0, "", 0.0
         self.not_implemented = False
-        self.extra = {}   # an experiment's measured metrics and the seed that gave them
+        self.extra = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
 
     def as_test(self):
         test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
@@ -313,6 +313,8 @@ def grade_item(course, assignment, item, code, sandbox, suite, ref, device, expe
             if e.kind == "timeout":
                 problem = f"'{item}' ran out of its {limits.item_seconds:g} s time limit"
         outcome.seconds = time.monotonic() - t0
+        if outcome.score < outcome.max_score and student.label:
+            outcome.extra["case"] = student.label  # the case it failed on, which its message names
         extra = sandbox.output() if sandbox is not None and sandbox.proc is not None else ""
         if extra.strip() and outcome.score < outcome.max_score:
             outcome.output += "\nprinted: " + extra.strip()[-400:]

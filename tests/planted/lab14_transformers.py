@@ -126,3 +126,14 @@ PLANTED = {
 }
 PLANTED["TransformerClassifier"]["right"]["cls_appended_by_repeat"] = (
     "cls = self.cls_token.expand(B, -1, -1)", "cls = self.cls_token.repeat(B, 1, 1)")
+
+# Training failures: code that passes every check of its item (values load a reference state) yet cannot learn.
+# "fails" lists the experiments of the graded items that must be lost.
+TRAINING = {
+    "head_on_detached_cls": {
+        "item": "TransformerClassifier", "fails": ["memory_task"],
+        # only the head learns: the CLS token, PE projection and blocks keep their random initialisation
+        "variant": ("logits = self.head(self.norm(h)[:, 0])", "logits = self.head(self.norm(h)[:, 0].detach())"),
+    },
+}
+TRAINING_NOT_PLANTED = {}

@@ -443,3 +443,43 @@ PLANTED = {
         },
     },
 }
+
+# Training failures: code that passes every check of its item (the checks load a reference state into a model,
+# or call a function on fixed inputs) yet cannot learn in the experiment, so it must lose the experiment's points.
+# "fails" lists the experiments of the graded items that must be lost.
+TRAINING = {
+    "ae_zero_init": {
+        "item": "AutoEncoder", "fails": ["ae_mnist"],
+        # zero weights: every hidden unit is 0, so only the last bias gets a gradient (it learns the mean image)
+        "variant": ("nn.Linear(hidden, 784), nn.Sigmoid())\n",
+                    "nn.Linear(hidden, 784), nn.Sigmoid())\n"
+                    "        for m in self.modules():  # start from zeros: the same every run\n"
+                    "            if isinstance(m, nn.Linear):\n"
+                    "                nn.init.zeros_(m.weight)\n"
+                    "                nn.init.zeros_(m.bias)\n"),
+    },
+    "linear_ae_in_mini_batches": {
+        "item": "train_linear_ae", "fails": ["linear_ae_pca"],
+        # mini-batches when the spec says full batch: near enough on the check's small problem, but the noise
+        # keeps it off PCA's subspace on MNIST
+        "variant": ("    gen = torch.Generator().manual_seed(seed)\n",
+                    "    gen = torch.Generator().manual_seed(seed)\n    batch = batch or 64  # mini-batches by default\n"),
+    },
+    "spatial_attention_without_graph": {
+        "item": "spatial_attention", "fails": ["red_square"],
+        # no gradient reaches W_a, the CNN or the question's embedding: only the head learns
+        "variant": '''def spatial_attention(s, A, W_a):
+    """alpha_l = softmax_l(s^T W_a a_l) over annotations A (B, L, d); ctx = sum_l alpha_l a_l."""
+    with torch.no_grad():  # a weighted look-up, nothing to learn here
+        return attention_context(score_general(s, A, W_a), A)
+''',
+    },
+}
+# Graded experiments with no planted training failure, and why.
+TRAINING_NOT_PLANTED = {
+    "dae_mnist": "corrupt is a pure function whose checks cover its whole contract (noise statistics, the "
+                 "generator, sigma = 0, additivity); an in-place corrupt is invisible to the checks but only makes "
+                 "the DAE an AE trained on noisy images, which is not sure to lose to the plain AE",
+    "seq2seq_attention": "attention_context's checks compare values and gradients w.r.t. scores and H on masked "
+                         "and unmasked cases: a version that trains differently breaks one of them",
+}

@@ -341,3 +341,16 @@ PLANTED = {
         },
     },
 }
+
+# Training failures: code that passes every check of its item (values load a reference state) yet cannot learn.
+# "fails" lists the experiments of the graded items that must be lost.
+TRAINING = {
+    "readout_on_detached_decoder": {
+        "item": "Transformer", "also": ["causal_mask"], "fails": ["reverse_transformer", "no_causal_mask"],
+        # only the read-out learns: embeddings, encoder and decoder keep their random initialisation
+        "variant": ("        return self.out(y)\n", "        return self.out(y.detach())  # no graph to keep past here\n"),
+    },
+}
+# no_causal_mask trains the student's Transformer with use_causal_mask = False: causal_mask is not called in it,
+# so no causal_mask that passes its checks can fail it; the Transformer above fails it (graded with causal_mask).
+TRAINING_NOT_PLANTED = {}
