@@ -137,3 +137,54 @@ TRAINING = {
     },
 }
 TRAINING_NOT_PLANTED = {}
+
+# The checks that catch each planted mistake: exactly these fail, every other check of its item passes.
+CATCHES = {
+    "scaled_dot_product_attention": {
+        "mask_convention_flipped": {"values", "gradients"},
+        "no_sqrt_scale": {"values", "gradients"},
+        "softmax_over_queries": {"values", "gradients"},
+    },
+    "manual_multihead": {
+        "heads_split_without_transpose": {"shapes", "values"},
+        "no_out_proj": {"values"},
+    },
+    "PositionalEncoding": {
+        "parameter_not_buffer": {"properties"},
+        "sin_cos_swapped": {"values", "properties"},
+    },
+    "EncoderBlock": {
+        "no_residual_on_ff": {"values"},
+        "post_norm": {"values"},
+        "relu_not_gelu": {"values"},
+    },
+    "make_memory_dataset": {
+        "labels_inverted": {"properties"},
+        "marker_at_the_end": {"properties"},
+    },
+    "TransformerClassifier": {
+        "no_positional_encoding": {"values"},
+        "reads_last_position": {"values"},
+    },
+}
+for _item, _catches in CATCHES.items():
+    PLANTED[_item]["catches"] = _catches
+
+# Why a check is not isolated yet (a reason, not an excuse: each is work left).
+SHAPES_TODO = ("no planted mistake yet that breaks only shape, dtype or device (say a float64 result from float32 "
+               "inputs): the values checks compare with dtype=False, so one would isolate it")
+OVERLAP_TODO = "every planted mistake so far that breaks this check also breaks another check of the item"
+
+# Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
+NOT_ISOLATED = {
+    ("scaled_dot_product_attention", "shapes"): SHAPES_TODO,
+    ("scaled_dot_product_attention", "values"): OVERLAP_TODO,
+    ("scaled_dot_product_attention", "gradients"): OVERLAP_TODO,
+    ("manual_multihead", "shapes"): SHAPES_TODO,
+    ("PositionalEncoding", "shapes"): SHAPES_TODO,
+    ("PositionalEncoding", "values"): OVERLAP_TODO,
+    ("EncoderBlock", "shapes"): SHAPES_TODO,
+    ("EncoderBlock", "properties"): OVERLAP_TODO,
+    ("make_memory_dataset", "shapes"): SHAPES_TODO,
+    ("TransformerClassifier", "shapes"): SHAPES_TODO,
+}

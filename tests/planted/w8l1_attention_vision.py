@@ -483,3 +483,163 @@ TRAINING_NOT_PLANTED = {
     "seq2seq_attention": "attention_context's checks compare values and gradients w.r.t. scores and H on masked "
                          "and unmasked cases: a version that trains differently breaks one of them",
 }
+
+# The checks that catch each planted mistake: exactly these fail, every other check of its item passes.
+CATCHES = {
+    "mse_loss": {
+        "mean_absolute_error": {"values", "gradients"},
+        "sum_not_mean": {"values", "gradients"},
+        "sum_over_pixels_mean_over_rows": {"values", "gradients"},
+        "through_a_python_float": {"shapes", "gradients"},
+    },
+    "AutoEncoder": {
+        "hidden_width_ignored": {"shapes", "values"},
+        "no_relu_in_decoder": {"values"},
+        "no_sigmoid": {"values"},
+        "relu_on_the_code": {"values"},
+    },
+    "corrupt": {
+        "clipped_to_pixel_range": {"values", "properties"},
+        "generator_ignored": {"properties"},
+        "one_draw_per_image": {"values"},
+        "uniform_noise": {"values"},
+        "variance_not_std": {"values"},
+    },
+    "pca": {
+        "eigh_ascending_order": {"values"},
+        "err_not_squared": {"values"},
+        "left_singular_vectors": {"shapes", "values"},
+        "no_sqrt_m": {"values"},
+        "rows_of_Vh_not_columns": {"shapes", "values"},
+        "sample_covariance": {"values"},
+    },
+    "projector": {
+        "T_not_mT": {"shapes", "values", "properties"},
+        "assumes_orthonormal_columns": {"values", "properties"},
+        "unit_columns_only": {"values", "properties"},
+    },
+    "principal_angle_cosines": {
+        "angles_not_cosines": {"values"},
+        "ascending": {"values"},
+        "no_orthonormalisation": {"values"},
+    },
+    "LinearAE": {
+        "relu_on_the_code": {"values"},
+        "tied_decoder": {"values"},
+        "with_biases": {"shapes", "values"},
+    },
+    "train_linear_ae": {
+        "default_input_width": {"shapes"},
+        "dtype_not_followed": {"shapes"},
+        "no_optimiser_step": {"shapes"},
+        "returns_the_losses_too": {"shapes"},
+        "seed_ignored": {"shapes"},
+    },
+    "GRUEncoder": {
+        "h_n_reshaped_without_transpose": {"values"},
+        "hidden_d_each_way": {"shapes", "values"},
+        "last_column_of_H": {"values"},
+        "lengths_ignored": {"values"},
+    },
+    "score_dot": {
+        "matmul_broadcasts_the_batch": {"shapes", "values"},
+        "squeeze_everything": {"shapes", "values"},
+        "summed_over_positions": {"shapes", "values"},
+    },
+    "score_scaled": {
+        "divided_by_d": {"values"},
+        "sqrt_of_T": {"values"},
+    },
+    "score_general": {
+        "W_a_forgotten": {"values"},
+        "W_a_transposed": {"values"},
+    },
+    "score_cosine": {
+        "no_zero_guard": {"values"},
+        "normalised_over_positions": {"values"},
+        "only_H_normalised": {"values"},
+    },
+    "score_additive": {
+        "halves_of_W_a_swapped": {"values"},
+        "no_tanh": {"values"},
+        "relu_not_tanh": {"values"},
+    },
+    "alpha_location": {
+        "naive_exponential": {"properties"},
+        "no_softmax": {"values", "properties"},
+        "softmax_over_the_batch": {"values", "properties"},
+    },
+    "attention_context": {
+        "mask_flipped": {"values", "gradients", "properties"},
+        "naive_exponential": {"values"},
+        "scores_detached": {"gradients"},
+        "softmax_over_the_batch": {"values", "gradients", "properties"},
+        "zeroed_but_not_renormalised": {"values", "gradients", "properties"},
+    },
+    "unroll_annotations": {
+        "channels_not_last": {"shapes", "values"},
+        "column_major": {"values"},
+        "reshape_without_permute": {"values"},
+    },
+    "spatial_attention": {
+        "W_a_transposed": {"values"},
+        "averaged_annotations": {"values"},
+        "scaled_by_sqrt_d": {"values"},
+    },
+    "hard_attention": {
+        "argmax_over_the_batch": {"shapes", "values"},
+        "global_max": {"values"},
+        "integer_one_hot": {"shapes", "values"},
+    },
+    "local_attention": {
+        "first_centre_for_every_row": {"values", "properties"},
+        "half_open_window": {"values", "properties"},
+        "not_renormalised": {"values", "properties"},
+        "strict_window": {"values", "properties"},
+    },
+    "self_attention": {
+        "T_not_mT": {"shapes", "values"},
+        "no_sqrt_d": {"values"},
+        "softmax_over_queries": {"values"},
+    },
+}
+for _item, _catches in CATCHES.items():
+    PLANTED[_item]["catches"] = _catches
+
+# Why a check is not isolated yet (a reason, not an excuse: each is work left).
+SHAPES_TODO = ("no planted mistake yet that breaks only shape, dtype or device (say a float64 result from float32 "
+               "inputs): the values checks compare with dtype=False, so one would isolate it")
+OVERLAP_TODO = "every planted mistake so far that breaks this check also breaks another check of the item"
+
+# Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
+NOT_ISOLATED = {
+    ("mse_loss", "shapes"): SHAPES_TODO,
+    ("mse_loss", "values"): OVERLAP_TODO,
+    ("mse_loss", "gradients"): OVERLAP_TODO,
+    ("AutoEncoder", "shapes"): SHAPES_TODO,
+    ("corrupt", "shapes"): SHAPES_TODO,
+    ("pca", "shapes"): SHAPES_TODO,
+    ("projector", "shapes"): SHAPES_TODO,
+    ("projector", "values"): OVERLAP_TODO,
+    ("projector", "properties"): OVERLAP_TODO,
+    ("principal_angle_cosines", "shapes"): SHAPES_TODO,
+    ("LinearAE", "shapes"): SHAPES_TODO,
+    ("GRUEncoder", "shapes"): SHAPES_TODO,
+    ("score_dot", "shapes"): SHAPES_TODO,
+    ("score_dot", "values"): OVERLAP_TODO,
+    ("score_scaled", "shapes"): SHAPES_TODO,
+    ("score_general", "shapes"): SHAPES_TODO,
+    ("score_cosine", "shapes"): SHAPES_TODO,
+    ("score_additive", "shapes"): SHAPES_TODO,
+    ("alpha_location", "shapes"): SHAPES_TODO,
+    ("alpha_location", "values"): OVERLAP_TODO,
+    ("attention_context", "shapes"): SHAPES_TODO,
+    ("attention_context", "properties"): OVERLAP_TODO,
+    ("unroll_annotations", "shapes"): SHAPES_TODO,
+    ("spatial_attention", "shapes"): SHAPES_TODO,
+    ("hard_attention", "shapes"): SHAPES_TODO,
+    ("local_attention", "shapes"): SHAPES_TODO,
+    ("local_attention", "values"): OVERLAP_TODO,
+    ("local_attention", "properties"): OVERLAP_TODO,
+    ("self_attention", "shapes"): SHAPES_TODO,
+}
