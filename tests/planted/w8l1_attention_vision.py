@@ -12,6 +12,8 @@ PLANTED = {
             "mean_absolute_error": ("return ((x_hat - x) ** 2).mean()", "return (x_hat - x).abs().mean()"),
             "through_a_python_float": ("return ((x_hat - x) ** 2).mean()",
                                        "return torch.tensor(((x_hat - x) ** 2).mean().item())"),
+            # the right number, cut off from the graph: only the gradients check can see it
+            "detached": ("return ((x_hat - x) ** 2).mean()", "return ((x_hat - x) ** 2).mean().detach()"),
         },
         "right": {
             "dot_product": '''def mse_loss(x_hat, x):
@@ -491,6 +493,7 @@ CATCHES = {
         "sum_not_mean": {"values", "gradients"},
         "sum_over_pixels_mean_over_rows": {"values", "gradients"},
         "through_a_python_float": {"shapes", "gradients"},
+        "detached": {"gradients"},
     },
     "AutoEncoder": {
         "hidden_width_ignored": {"shapes", "values"},
@@ -607,15 +610,15 @@ for _item, _catches in CATCHES.items():
     PLANTED[_item]["catches"] = _catches
 
 # Why a check is not isolated yet (a reason, not an excuse: each is work left).
-SHAPES_TODO = ("no planted mistake yet that breaks only shape, dtype or device (say a float64 result from float32 "
-               "inputs): the values checks compare with dtype=False, so one would isolate it")
+SHAPES_TODO = ("no planted mistake yet breaks only shape, dtype or device: the values check compares shapes too, so it "
+               "takes a case only the shapes check has (a dtype or size the values cases lack; a device, on CUDA only)")
 OVERLAP_TODO = "every planted mistake so far that breaks this check also breaks another check of the item"
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
 NOT_ISOLATED = {
     ("mse_loss", "shapes"): SHAPES_TODO,
-    ("mse_loss", "values"): OVERLAP_TODO,
-    ("mse_loss", "gradients"): OVERLAP_TODO,
+    ("mse_loss", "values"): "a loss with wrong values has wrong gradients too, unless it is off by a constant, "
+                            "which no student writes",
     ("AutoEncoder", "shapes"): SHAPES_TODO,
     ("corrupt", "shapes"): SHAPES_TODO,
     ("pca", "shapes"): SHAPES_TODO,
