@@ -143,7 +143,7 @@ class Outcome:
         self.item, self.kind, self.max_score = item, kind, float(max_score)
         self.score, self.output, self.seconds = 0.0, "", 0.0
         self.not_implemented = False
-        self.extra = {}   # an experiment's measured metrics and the seed that gave them
+        self.extra = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
 
     def as_test(self):
         test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
@@ -314,6 +314,8 @@ def grade_item(course, assignment, item, code, sandbox, suite, ref, device, expe
             if e.kind == "timeout":
                 problem = f"'{item}' ran out of its {limits.item_seconds:g} s time limit"
         outcome.seconds = time.monotonic() - t0
+        if outcome.score < outcome.max_score and student.label:
+            outcome.extra["case"] = student.label  # the case it failed on, which its message names
         extra = sandbox.output() if sandbox is not None and sandbox.proc is not None else ""
         if extra.strip() and outcome.score < outcome.max_score:
             outcome.output += "\nprinted: " + extra.strip()[-400:]
@@ -339,12 +341,31 @@ def scratch_violation(item, spec, source):
     return ""
 
 
-def experiment_key(code, aid, exp, seed, device):
-    """The cache key of one experiment run: the loaded code as it runs (not as laid out), harness, config, seed."""
-    blob = json.dumps([[c.grade_id, fingerprint(c.source)] for c in code.cells], sort_keys=True)
-    blob += harness_sources(aid)[aid] + inspect.getsource(importlib.import_module(f"solutions.{aid}"))
-    blob += json.dumps(exp.cfg, sort_keys=True) + f"{seed}/{device}/{torch.__version__}"
-    return hashlib.sha256(blob.encode()).hexdigest()
+def grader_digest(folder=ROOT / "autograder"):
+    """One hash of the grader's own code (engine, sandbox, harnesses, ...): any edit may change a training run."""
+    h = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*.py")):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def experiment_inputs(code, aid, exp, seed, device, threads):
+    """Everything that can change one experiment's result: the code as it runs (not as laid out), the grader,
+    harness, solutions, config, seed, device, torch, the data's source and the sandbox's CPU threads."""
+    data = ""
+    if "load_mnist" in harness_sources(aid)[aid]:  # only the MNIST harness reads data that may come two ways
+        from autograder.mnist import data_source
+        kind, folder = data_source()
+        data = f"mnist {kind} {folder}"
+    return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "grader": grader_digest(),
+            "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")), "cfg": exp.cfg,
+            "seed": seed, "device": device, "torch": torch.__version__, "data": data,
+            "threads": threads or torch.get_num_threads()}  # the sandbox forks from a process with our default
+
+
+def experiment_key(inputs):
+    """The cache key of one experiment run: a hash of experiment_inputs(...)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
 def cache_read(key):
@@ -379,7 +400,7 @@ def run_experiment(course, assignment, exp, code, sandbox, ref, device, runnable
     limits = course.limits_for(assignment.id, exp.item)
     lines, t0 = [], time.monotonic()
     for seed in exp.seeds:
-        key = experiment_key(code, assignment.id, exp, seed, device)
+        key = experiment_key(experiment_inputs(code, assignment.id, exp, seed, device, sandbox.threads))
         cached = cache_read(key)
         if cached is not None:
             metrics, failures = cached

@@ -72,20 +72,29 @@ def _torchvision(root):
     return (train.data.numpy(), train.targets.numpy()), (test.data.numpy(), test.targets.numpy())
 
 
-def load_mnist(n_train=10000, n_test=2000, folder=None, download=None):
-    """(X_train, y_train, X_test, y_test): float32 (N, 784) in [0, 1] and int64 labels, on the CPU."""
+def data_source(folder=None, download=None):
+    """(kind, folder): which images load_mnist uses ('idx', 'download' or 'test split'; 'missing' if none)."""
     folder = mnist_dir(folder)
     if download is None:
         download = os.environ.get("COURSE_MNIST_DOWNLOAD", "1") != "0" and _download_allowed()
-    train = read_split(folder, "train") if folder.is_dir() else None
-    test = read_split(folder, "test") if folder.is_dir() else None
-    if train is not None and test is not None:
-        splits = train, test
+    have = {s for s, stems in SPLITS.items() if folder.is_dir() and all(_find(folder, st) for st in stems)}
+    if have == set(SPLITS):
+        return "idx", folder
+    if download and _torchvision_once() is not None:
+        return "download", folder
+    return ("test split" if "test" in have else "missing"), folder
+
+
+def load_mnist(n_train=10000, n_test=2000, folder=None, download=None):
+    """(X_train, y_train, X_test, y_test): float32 (N, 784) in [0, 1] and int64 labels, on the CPU."""
+    kind, folder = data_source(folder, download)
+    if kind == "idx":
+        splits = read_split(folder, "train"), read_split(folder, "test")
+    elif kind == "download":
+        splits = _torchvision_once()
+    elif kind == "test split":
+        splits = _split_test_only(read_split(folder, "test"), folder)
     else:
-        splits = _torchvision_once() if download else None
-        if splits is None and test is not None:
-            splits = _split_test_only(test, folder)
-    if splits is None:
         raise MnistMissing(
             f"MNIST not found: no IDX files (t10k-images-idx3-ubyte[.gz], ...) in {folder} and no download. "
             f"Set {SETTING} (or data.mnist_dir in course.yaml) to a folder with the MNIST IDX files.")

@@ -5,7 +5,7 @@ import inspect
 import pytest
 
 from autograder.checks import Fail, check_signature
-from autograder.config import ConfigError, load_course, parse_course, ROOT
+from autograder.config import Bound, ConfigError, load_course, parse_course, ROOT
 
 COURSE = load_course()
 TEXT = (ROOT / "course.yaml").read_text()
@@ -78,3 +78,49 @@ def test_signature_check_rejects_renamed_and_reordered_parameters():
     def extra_optional(Q, K, V, mask=None, dropout=0.0):
         pass
     check_signature("attention", "(Q, K, V, mask=None)", signature_info(extra_optional, {}))
+
+
+# --- experiment thresholds: the judgement that decides an experiment's points --------------------------
+
+def experiment(threshold):
+    return parse_course(TEXT, "course.yaml").assignment("w8l1_attention_vision").experiments["ae_mnist"] \
+        .model_copy(update={"threshold": {k: Bound(**b) for k, b in threshold.items()}})
+
+
+@pytest.mark.parametrize("bound, value, holds", [
+    ({"min": 0.9}, 0.95, True), ({"min": 0.9}, 0.9, True), ({"min": 0.9}, 0.8999, False),
+    ({"max": 0.025}, 0.02, True), ({"max": 0.025}, 0.025, True), ({"max": 0.025}, 0.0251, False),
+    ({"min": 0.1, "max": 0.2}, 0.15, True), ({"min": 0.1, "max": 0.2}, 0.1, True), ({"min": 0.1, "max": 0.2}, 0.2, True),
+    ({"min": 0.1, "max": 0.2}, 0.05, False), ({"min": 0.1, "max": 0.2}, 0.25, False),
+    ({"min": 0.9}, float("nan"), False), ({"max": 0.025}, float("nan"), False),
+    ({"min": 0.9}, float("inf"), True), ({"max": 0.025}, float("inf"), False), ({"min": 0.9}, -float("inf"), False),
+])
+def test_a_bound_holds_on_its_side_only_and_never_for_nan(bound, value, holds):
+    assert Bound(**bound).holds(value) is holds
+    failures = experiment({"acc": bound}).failures({"acc": value})
+    if holds:
+        assert failures == []
+    else:  # the sentence names the metric, the measured value and the bound
+        assert len(failures) == 1 and failures[0].startswith(f"acc = {value:.4g}, needs ")
+        assert str(Bound(**bound)) in failures[0]
+
+
+def test_every_threshold_is_judged_and_a_missing_metric_fails():
+    exp = experiment({"a": {"min": 0.5}, "b": {"max": 0.1}})
+    assert exp.failures({"a": 0.6, "b": 0.05}) == []
+    assert exp.failures({"a": 0.6, "b": 0.05, "extra": 99.0}) == []   # figures without a bound are only shown
+    assert exp.failures({"a": 0.4, "b": 0.05}) == ["a = 0.4, needs >= 0.5"]
+    assert exp.failures({"a": 0.6, "b": 0.2}) == ["b = 0.2, needs <= 0.1"]
+    assert exp.failures({"a": 0.4, "b": 0.2}) == ["a = 0.4, needs >= 0.5", "b = 0.2, needs <= 0.1"]
+    assert exp.failures({"a": 0.6}) == ["metric 'b' was not measured"]
+    assert exp.failures({}) == ["metric 'a' was not measured", "metric 'b' was not measured"]
+
+
+def test_the_configured_thresholds_fail_just_outside_and_pass_on_the_bound():
+    for a in COURSE.assignments.values():
+        for exp in a.experiments.values():
+            on = {k: (b.min if b.min is not None else b.max) for k, b in exp.threshold.items()}
+            assert exp.failures(on) == [], exp.name
+            for key, b in exp.threshold.items():
+                outside = b.min - 1e-6 if b.min is not None else b.max + 1e-6
+                assert len(exp.failures({**on, key: outside})) == 1, (exp.name, key)

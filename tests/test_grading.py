@@ -2,6 +2,7 @@
 import importlib
 
 import nbformat
+import yaml
 import pytest
 
 from autograder.build import item_cell
@@ -25,11 +26,20 @@ def scores(result):
     return {item: (s, m) for item, (s, m, _) in item_summary(result).items()}
 
 
-def planted(aid):
+def planted_module(aid):
     try:
-        return importlib.import_module(f"tests.planted.{aid}").PLANTED
+        return importlib.import_module(f"tests.planted.{aid}")
     except ModuleNotFoundError:
-        return {}  # test_every_item_has_planted_mistakes_and_a_correct_alternative reports it
+        return None  # test_every_item_has_planted_mistakes_and_a_correct_alternative reports it
+
+
+def planted(aid):
+    return getattr(planted_module(aid), "PLANTED", {})
+
+
+def checks_of(aid, item):
+    """The suite's checks of an item that carry points (exists is generic: the signature)."""
+    return {k for k in COURSE.assignment(aid).items[item].points if k != "exists"}
 
 
 def variant_source(aid, item, variant):
@@ -98,6 +108,22 @@ def test_every_item_has_planted_mistakes_and_a_correct_alternative(aid):
     for item in COURSE.assignment(aid).items:
         assert len(spec.get(item, {}).get("wrong", {})) >= 2, f"{aid}.{item}: needs two planted mistakes"
         assert len(spec.get(item, {}).get("right", {})) >= 1, f"{aid}.{item}: needs a correct alternative"
+        wrong, catches = spec[item]["wrong"], spec[item].get("catches", {})
+        assert set(catches) == set(wrong), f"{aid}.{item}: each planted mistake names the checks that catch it"
+        for name, kinds in catches.items():
+            assert kinds and set(kinds) <= checks_of(aid, item), f"{aid}.{item}/{name}: {kinds}"
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_every_check_is_the_only_one_to_catch_some_planted_mistake(aid):
+    """A check that became a no-op would go unnoticed if the mistakes it catches were all caught elsewhere too."""
+    spec, exempt = planted(aid), getattr(planted_module(aid), "NOT_ISOLATED", {})
+    alone = {(item, next(iter(kinds))) for item, s in spec.items() for kinds in s.get("catches", {}).values()
+             if len(kinds) == 1}
+    wanted = {(item, kind) for item in COURSE.assignment(aid).items for kind in checks_of(aid, item)}
+    assert not (alone & set(exempt)), f"isolated after all, drop from NOT_ISOLATED: {sorted(alone & set(exempt))}"
+    missing = sorted(wanted - alone - set(exempt))
+    assert not missing, f"checks no planted mistake isolates (plant one, or say why in NOT_ISOLATED): {missing}"
 
 
 @pytest.mark.parametrize("aid", AIDS)
@@ -118,7 +144,8 @@ ROUNDS = [(aid, k) for aid in AIDS for k in range(len(rounds(aid)))]
 
 @pytest.mark.parametrize("aid, k", ROUNDS, ids=[f"{a}-round{k}" for a, k in ROUNDS])
 def test_planted_mistakes_lose_points_on_their_item_only(tmp_path, aid, k):
-    """Each planted item loses points with a message naming the case; items it does not feed keep theirs."""
+    """Each planted mistake fails exactly the checks it names, each with a message naming the case; items it
+    does not feed keep their points."""
     batch = rounds(aid)[k]
     deps = dependents(aid)
     sources = solved_sources(aid)
@@ -134,7 +161,64 @@ def test_planted_mistakes_lose_points_on_their_item_only(tmp_path, aid, k):
         failing = [t for t in result["tests"] if t["item"] == item and t["score"] < t["max_score"]]
         report.append(f"{item}/{name}: {score}/{max_score} " + " | ".join(t["output"][:160] for t in failing))
         assert score < max_score, f"planted mistake {item}/{name} kept full marks"
-        assert all(t["output"] and t["output"] != "ok" for t in failing)
+        caught = {t["name"].split(": ", 1)[1] for t in failing}
+        assert caught == set(planted(aid)[item]["catches"][name]), \
+            f"planted mistake {item}/{name} was caught by {sorted(caught)}: " + " | ".join(t["output"] for t in failing)
+        for t in failing:
+            case = t.get("extra_data", {}).get("case")
+            assert case and case in t["output"], f"{item}/{name}: the reason names no case: {t['output']}"
     untouched = {i: s for i, s in got.items() if i not in reach and s[0] < s[1]}
     assert not untouched, f"items with no planted mistake lost points: {untouched}"
     print("\n" + "\n".join(report))
+
+
+# --- experiments: planted code that passes its checks but cannot learn ---------------------------------
+
+SHORT_STEPS = 20  # the planted models below cannot learn at any budget; a short run keeps CI fast
+TRAINING = [(aid, name) for aid in AIDS for name in getattr(planted_module(aid), "TRAINING", {})]
+
+
+def short_course(folder, aid, experiments):
+    """course.yaml with these experiments cut to SHORT_STEPS on their first seed (a file COURSE_CONFIG names)."""
+    raw = yaml.safe_load(COURSE.path.read_text())
+    raw["data"]["mnist_dir"] = str(COURSE.mnist_dir)
+    for name in experiments:
+        exp = raw["assignments"][aid]["experiments"][name]
+        exp["steps"], exp["seeds"] = SHORT_STEPS, exp["seeds"][:1]
+    path = folder / "course.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_every_graded_experiment_has_a_planted_training_failure(aid):
+    module = planted_module(aid)
+    covered = {e for t in getattr(module, "TRAINING", {}).values() for e in t["fails"]}
+    covered |= set(getattr(module, "TRAINING_NOT_PLANTED", {}))
+    graded = {name for name, e in COURSE.assignment(aid).experiments.items() if e.graded}
+    assert graded <= covered, f"graded experiments without a planted training failure: {sorted(graded - covered)}"
+
+
+@pytest.mark.parametrize("aid, name", TRAINING, ids=[f"{a}-{n}" for a, n in TRAINING])
+def test_a_model_that_passes_its_checks_but_cannot_learn_loses_exactly_its_experiments(tmp_path, monkeypatch,
+                                                                                      aid, name):
+    """Every check passes; each experiment it trains fails, and says the measured figure and the bound."""
+    spec = planted_module(aid).TRAINING[name]
+    monkeypatch.setenv("COURSE_CONFIG", str(short_course(tmp_path, aid, spec["fails"])))
+    monkeypatch.setenv("COURSE_NO_CACHE", "1")  # train now: a cached result would not test the training path
+    sources = solved_sources(aid)
+    sources[spec["item"]] = variant_source(aid, spec["item"], spec["variant"])
+    nb = with_cells(release_notebook(aid), sources)
+    items = [spec["item"], *spec.get("also", [])]
+    result = grade_notebook(write(nb, tmp_path / f"{aid}.ipynb"), aid, items=items, device="cpu")
+    lost = {t["name"]: t for t in result["tests"] if t["score"] < t["max_score"]}
+    experiments = COURSE.assignment(aid).experiments
+    assert set(lost) == {f"{experiments[e].item}: experiment {e}" for e in spec["fails"]}, \
+        "\n".join(f"{n}: {t['output']}" for n, t in lost.items())
+    for t in lost.values():
+        exp = experiments[t["extra_data"]["experiment"]]
+        metrics = t["extra_data"]["metrics"]
+        misses = exp.failures(metrics)
+        assert t["score"] == 0 and metrics and misses, t["output"]
+        assert all(m in t["output"] for m in misses), t["output"]  # "acc = 0.51, needs >= 0.9": figure and bound
+    print("\n" + "\n".join(f"{n}: {t['output']}" for n, t in lost.items()))

@@ -12,6 +12,8 @@ PLANTED = {
             "mean_absolute_error": ("return ((x_hat - x) ** 2).mean()", "return (x_hat - x).abs().mean()"),
             "through_a_python_float": ("return ((x_hat - x) ** 2).mean()",
                                        "return torch.tensor(((x_hat - x) ** 2).mean().item())"),
+            # the right number, cut off from the graph: only the gradients check can see it
+            "detached": ("return ((x_hat - x) ** 2).mean()", "return ((x_hat - x) ** 2).mean().detach()"),
         },
         "right": {
             "dot_product": '''def mse_loss(x_hat, x):
@@ -442,4 +444,205 @@ PLANTED = {
 ''',
         },
     },
+}
+
+# Training failures: code that passes every check of its item (the checks load a reference state into a model,
+# or call a function on fixed inputs) yet cannot learn in the experiment, so it must lose the experiment's points.
+# "fails" lists the experiments of the graded items that must be lost.
+TRAINING = {
+    "ae_zero_init": {
+        "item": "AutoEncoder", "fails": ["ae_mnist"],
+        # zero weights: every hidden unit is 0, so only the last bias gets a gradient (it learns the mean image)
+        "variant": ("nn.Linear(hidden, 784), nn.Sigmoid())\n",
+                    "nn.Linear(hidden, 784), nn.Sigmoid())\n"
+                    "        for m in self.modules():  # start from zeros: the same every run\n"
+                    "            if isinstance(m, nn.Linear):\n"
+                    "                nn.init.zeros_(m.weight)\n"
+                    "                nn.init.zeros_(m.bias)\n"),
+    },
+    "linear_ae_in_mini_batches": {
+        "item": "train_linear_ae", "fails": ["linear_ae_pca"],
+        # mini-batches when the spec says full batch: near enough on the check's small problem, but the noise
+        # keeps it off PCA's subspace on MNIST
+        "variant": ("    gen = torch.Generator().manual_seed(seed)\n",
+                    "    gen = torch.Generator().manual_seed(seed)\n    batch = batch or 64  # mini-batches by default\n"),
+    },
+    "spatial_attention_without_graph": {
+        "item": "spatial_attention", "fails": ["red_square"],
+        # no gradient reaches W_a, the CNN or the question's embedding: only the head learns
+        "variant": '''def spatial_attention(s, A, W_a):
+    """alpha_l = softmax_l(s^T W_a a_l) over annotations A (B, L, d); ctx = sum_l alpha_l a_l."""
+    with torch.no_grad():  # a weighted look-up, nothing to learn here
+        return attention_context(score_general(s, A, W_a), A)
+''',
+    },
+}
+# Graded experiments with no planted training failure, and why.
+TRAINING_NOT_PLANTED = {
+    "dae_mnist": "corrupt is a pure function whose checks cover its whole contract (noise statistics, the "
+                 "generator, sigma = 0, additivity); an in-place corrupt is invisible to the checks but only makes "
+                 "the DAE an AE trained on noisy images, which is not sure to lose to the plain AE",
+    "seq2seq_attention": "attention_context's checks compare values and gradients w.r.t. scores and H on masked "
+                         "and unmasked cases: a version that trains differently breaks one of them",
+}
+
+# The checks that catch each planted mistake: exactly these fail, every other check of its item passes.
+CATCHES = {
+    "mse_loss": {
+        "mean_absolute_error": {"values", "gradients"},
+        "sum_not_mean": {"values", "gradients"},
+        "sum_over_pixels_mean_over_rows": {"values", "gradients"},
+        "through_a_python_float": {"shapes", "gradients"},
+        "detached": {"gradients"},
+    },
+    "AutoEncoder": {
+        "hidden_width_ignored": {"shapes", "values"},
+        "no_relu_in_decoder": {"values"},
+        "no_sigmoid": {"values"},
+        "relu_on_the_code": {"values"},
+    },
+    "corrupt": {
+        "clipped_to_pixel_range": {"values", "properties"},
+        "generator_ignored": {"properties"},
+        "one_draw_per_image": {"values"},
+        "uniform_noise": {"values"},
+        "variance_not_std": {"values"},
+    },
+    "pca": {
+        "eigh_ascending_order": {"values"},
+        "err_not_squared": {"values"},
+        "left_singular_vectors": {"shapes", "values"},
+        "no_sqrt_m": {"values"},
+        "rows_of_Vh_not_columns": {"shapes", "values"},
+        "sample_covariance": {"values"},
+    },
+    "projector": {
+        "T_not_mT": {"shapes", "values", "properties"},
+        "assumes_orthonormal_columns": {"values", "properties"},
+        "unit_columns_only": {"values", "properties"},
+    },
+    "principal_angle_cosines": {
+        "angles_not_cosines": {"values"},
+        "ascending": {"values"},
+        "no_orthonormalisation": {"values"},
+    },
+    "LinearAE": {
+        "relu_on_the_code": {"values"},
+        "tied_decoder": {"values"},
+        "with_biases": {"shapes", "values"},
+    },
+    "train_linear_ae": {
+        "default_input_width": {"shapes"},
+        "dtype_not_followed": {"shapes"},
+        "no_optimiser_step": {"shapes"},
+        "returns_the_losses_too": {"shapes"},
+        "seed_ignored": {"shapes"},
+    },
+    "GRUEncoder": {
+        "h_n_reshaped_without_transpose": {"values"},
+        "hidden_d_each_way": {"shapes", "values"},
+        "last_column_of_H": {"values"},
+        "lengths_ignored": {"values"},
+    },
+    "score_dot": {
+        "matmul_broadcasts_the_batch": {"shapes", "values"},
+        "squeeze_everything": {"shapes", "values"},
+        "summed_over_positions": {"shapes", "values"},
+    },
+    "score_scaled": {
+        "divided_by_d": {"values"},
+        "sqrt_of_T": {"values"},
+    },
+    "score_general": {
+        "W_a_forgotten": {"values"},
+        "W_a_transposed": {"values"},
+    },
+    "score_cosine": {
+        "no_zero_guard": {"values"},
+        "normalised_over_positions": {"values"},
+        "only_H_normalised": {"values"},
+    },
+    "score_additive": {
+        "halves_of_W_a_swapped": {"values"},
+        "no_tanh": {"values"},
+        "relu_not_tanh": {"values"},
+    },
+    "alpha_location": {
+        "naive_exponential": {"properties"},
+        "no_softmax": {"values", "properties"},
+        "softmax_over_the_batch": {"values", "properties"},
+    },
+    "attention_context": {
+        "mask_flipped": {"values", "gradients", "properties"},
+        "naive_exponential": {"values"},
+        "scores_detached": {"gradients"},
+        "softmax_over_the_batch": {"values", "gradients", "properties"},
+        "zeroed_but_not_renormalised": {"values", "gradients", "properties"},
+    },
+    "unroll_annotations": {
+        "channels_not_last": {"shapes", "values"},
+        "column_major": {"values"},
+        "reshape_without_permute": {"values"},
+    },
+    "spatial_attention": {
+        "W_a_transposed": {"values"},
+        "averaged_annotations": {"values"},
+        "scaled_by_sqrt_d": {"values"},
+    },
+    "hard_attention": {
+        "argmax_over_the_batch": {"shapes", "values"},
+        "global_max": {"values"},
+        "integer_one_hot": {"shapes", "values"},
+    },
+    "local_attention": {
+        "first_centre_for_every_row": {"values", "properties"},
+        "half_open_window": {"values", "properties"},
+        "not_renormalised": {"values", "properties"},
+        "strict_window": {"values", "properties"},
+    },
+    "self_attention": {
+        "T_not_mT": {"shapes", "values"},
+        "no_sqrt_d": {"values"},
+        "softmax_over_queries": {"values"},
+    },
+}
+for _item, _catches in CATCHES.items():
+    PLANTED[_item]["catches"] = _catches
+
+# Why a check is not isolated yet (a reason, not an excuse: each is work left).
+SHAPES_TODO = ("no planted mistake yet breaks only shape, dtype or device: the values check compares shapes too, so it "
+               "takes a case only the shapes check has (a dtype or size the values cases lack; a device, on CUDA only)")
+OVERLAP_TODO = "every planted mistake so far that breaks this check also breaks another check of the item"
+
+# Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
+NOT_ISOLATED = {
+    ("mse_loss", "shapes"): SHAPES_TODO,
+    ("mse_loss", "values"): "a loss with wrong values has wrong gradients too, unless it is off by a constant, "
+                            "which no student writes",
+    ("AutoEncoder", "shapes"): SHAPES_TODO,
+    ("corrupt", "shapes"): SHAPES_TODO,
+    ("pca", "shapes"): SHAPES_TODO,
+    ("projector", "shapes"): SHAPES_TODO,
+    ("projector", "values"): OVERLAP_TODO,
+    ("projector", "properties"): OVERLAP_TODO,
+    ("principal_angle_cosines", "shapes"): SHAPES_TODO,
+    ("LinearAE", "shapes"): SHAPES_TODO,
+    ("GRUEncoder", "shapes"): SHAPES_TODO,
+    ("score_dot", "shapes"): SHAPES_TODO,
+    ("score_dot", "values"): OVERLAP_TODO,
+    ("score_scaled", "shapes"): SHAPES_TODO,
+    ("score_general", "shapes"): SHAPES_TODO,
+    ("score_cosine", "shapes"): SHAPES_TODO,
+    ("score_additive", "shapes"): SHAPES_TODO,
+    ("alpha_location", "shapes"): SHAPES_TODO,
+    ("alpha_location", "values"): OVERLAP_TODO,
+    ("attention_context", "shapes"): SHAPES_TODO,
+    ("attention_context", "properties"): OVERLAP_TODO,
+    ("unroll_annotations", "shapes"): SHAPES_TODO,
+    ("spatial_attention", "shapes"): SHAPES_TODO,
+    ("hard_attention", "shapes"): SHAPES_TODO,
+    ("local_attention", "shapes"): SHAPES_TODO,
+    ("local_attention", "values"): OVERLAP_TODO,
+    ("local_attention", "properties"): OVERLAP_TODO,
+    ("self_attention", "shapes"): SHAPES_TODO,
 }
