@@ -16,6 +16,7 @@ Isolation, the best the machine allows (the grader reports which in `extra_data.
   uid         root without CAP_SYS_ADMIN (Docker's default): a fresh uid with its process and file-size limits,
               killed as a whole by uid; the machine's files and network stay as that uid finds them.
   process     not root: a plain child process in its own session, killed by process group.
+At every level a seccomp filter forbids new user namespaces (see forbid_user_namespaces).
 """
 import ctypes
 import errno
@@ -29,7 +30,7 @@ CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x40000000, 
 MAX_ITEMS = 100_000  # entries of one list/dict sent back: far above any state_dict, below a runaway structure
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 38, 1
+PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 1, 22, 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # What programs and libraries read from /etc; nothing else of the machine's configuration is visible.
@@ -117,6 +118,39 @@ def build_root(lib, cfg):
                "make the root read-only")
 
 
+# (audit arch, clone, unshare, clone3) per machine, for the seccomp filter below
+SECCOMP_ARCH = {"x86_64": (0xC000003E, 56, 272, 435), "aarch64": (0xC00000B7, 220, 97, 435)}
+CLONE_NEWUSER = 0x10000000
+
+
+def forbid_user_namespaces(lib):
+    """A seccomp filter: no new user namespace (unshare or clone with CLONE_NEWUSER), no clone3, no x32 calls.
+
+    Inside a user namespace of its own an unprivileged process may mount a tmpfs of any size: memory that
+    neither the disk limit nor the memory limit (which counts processes) would see. clone3 passes its flags
+    in memory a filter cannot read, so it answers ENOSYS and the C library falls back to clone.
+    """
+    import struct
+    if platform.machine() not in SECCOMP_ARCH:
+        return False
+    arch, clone, unshare, clone3 = SECCOMP_ARCH[platform.machine()]
+    allow, enosys, eperm = 0x7FFF0000, 0x00050000 | errno.ENOSYS, 0x00050000 | errno.EPERM
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    program = [
+        (ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow),       # 0-2  another ABI: not ours to judge
+        (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, enosys),  # 3-5  x32 calls
+        (jeq, 0, 1, clone3), (ret, 0, 0, enosys),                     # 6-7
+        (jeq, 1, 0, unshare), (jeq, 0, 3, clone),                     # 8-9
+        (ld, 0, 0, 16), (jset, 0, 1, CLONE_NEWUSER), (ret, 0, 0, eperm),  # 10-12 flags are args[0]
+        (ret, 0, 0, allow),                                           # 13
+    ]
+    code = b"".join(struct.pack("HBBI", *insn) for insn in program)
+    buf = ctypes.create_string_buffer(code)
+    fprog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(buf))
+    _check(lib.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.c_char_p(fprog), 0, 0), "install the seccomp filter")
+    return True
+
+
 def enter_sandbox(cfg, in_pid_namespace):
     """Isolate this process as well as the machine allows, drop to the sandbox's uid; returns the level."""
     import resource
@@ -137,7 +171,8 @@ def enter_sandbox(cfg, in_pid_namespace):
         os.setgroups([])
         os.setgid(cfg["uid"])
         os.setuid(cfg["uid"])
-        lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
+    forbid_user_namespaces(lib)
     home = HOME if level == "namespaces" else cfg["scratch"]
     os.chdir(home)
     os.environ["HOME"] = home

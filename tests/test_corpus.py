@@ -297,6 +297,12 @@ CORPUS = [
              "        try:\n            os.mkfifo(name)\n        except OSError:\n            pass\n"
              "for name in ('results.json', 'grades.csv'):\n    try:\n        os.symlink('/etc/passwd', name)\n"
              "    except OSError:\n        pass"), {}),
+    # a user namespace of its own would let it mount a tmpfs of any size, outside the disk and memory limits
+    case("makes_a_user_namespace_to_mount_a_tmpfs", prepend_body(
+        MMD, "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+             "if libc.unshare(0x10000000) != 0:\n    raise PermissionError(os.strerror(ctypes.get_errno()))\n"
+             "libc.mount(b'none', b'/tmp', b'tmpfs', 0, b'size=8g')"),
+         {MMD: 3}, r"PermissionError: Operation not permitted", isolated=True),
     case("fills_the_disk", prepend_body(
         MMD, "chunk = b'x' * 2**20\nwith open('/dev/shm/a', 'wb') as f:\n    for _ in range(40):\n        f.write(chunk)\n"
              "with open('big.bin', 'wb') as f:\n    while True:\n        f.write(chunk)\n        f.flush()"),
