@@ -49,14 +49,15 @@ def _check(result, what):
         raise OSError(ctypes.get_errno(), f"could not {what}")
 
 
-def bind(lib, source, target, writable=False, dev=False):
+def bind(lib, source, target, writable=False, dev=False, recursive=True):
     """Mount `source` at `target` (made as a file or folder to match), read only unless asked."""
     if os.path.isdir(source):
         os.makedirs(target, exist_ok=True)
     else:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         open(target, "a").close()
-    _check(lib.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"mount {source}")
+    _check(lib.mount(source.encode(), target.encode(), None, MS_BIND | (MS_REC if recursive else 0), None),
+           f"mount {source}")
     if not writable:
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if dev else MS_NODEV)
         _check(lib.mount(None, target.encode(), None, flags, None), f"make {source} read-only")
@@ -99,8 +100,8 @@ def build_root(lib, cfg):
         os.symlink(target, f"{root}/dev/{name}")
     os.makedirs(root + "/proc")
     _check(lib.mount(b"proc", f"{root}/proc".encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
-    if os.path.isdir("/sys"):
-        bind(lib, "/sys", root + "/sys")
+    if os.path.isdir("/sys"):  # devices and CPUs for torch and CUDA; not what is mounted below it (cgroups, debugfs)
+        bind(lib, "/sys", root + "/sys", recursive=False)
     # The only writable place: one tmpfs of disk_mb, seen at /tmp, /var/tmp and /dev/shm.
     os.makedirs(root + "/tmp")
     _check(lib.mount(b"tmpfs", f"{root}/tmp".encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
