@@ -27,6 +27,10 @@ def points_said(item):
     return re.compile(r"PublicChecks\(\s*(['\"])" + re.escape(item) + r"\1\s*,\s*points=([0-9.]+)")
 
 
+class ReleaseError(Exception):
+    """The release is unsafe or incomplete; the message lists every problem."""
+
+
 def _has_docstring(node):
     return (node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
             and isinstance(node.body[0].value.value, str))

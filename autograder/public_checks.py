@@ -15,6 +15,18 @@ def unscaled(Q):
     return Q * math.sqrt(Q.shape[-1])
 
 
+def unscaled_mha(mha):
+    """A copy of an nn.MultiheadAttention whose queries come out sqrt(d_k) larger: it attends without the scale."""
+    bad = torch.nn.MultiheadAttention(mha.embed_dim, mha.num_heads, bias=mha.in_proj_bias is not None,
+                                      batch_first=mha.batch_first, dtype=mha.in_proj_weight.dtype)
+    bad.load_state_dict(mha.state_dict())
+    with torch.no_grad():
+        bad.in_proj_weight[:mha.embed_dim] *= math.sqrt(mha.head_dim)
+        if bad.in_proj_bias is not None:
+            bad.in_proj_bias[:mha.embed_dim] *= math.sqrt(mha.head_dim)
+    return bad
+
+
 def max_diff(a, b):
     """Largest absolute elementwise difference, as a plain float."""
     diff = (a.detach().double().cpu() - b.detach().double().cpu()).abs()

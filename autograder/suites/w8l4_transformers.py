@@ -15,7 +15,7 @@ import solutions.w8l4_transformers as ref
 from autograder.checks import (Fail, check_close, check_number, check_tensor, check_true,
                               check_tuple, randn, tol)
 from autograder.engine import Registry
-from autograder.public_checks import SCALE_MISSING, unscaled
+from autograder.public_checks import SCALE_MISSING, unscaled, unscaled_mha
 from autograder.sandbox import Opaque, Remote, Seeded
 
 CHECKS = Registry()
@@ -277,9 +277,11 @@ def mha_values(s, g):
         out, A = check_tuple("forward", 2, s.method(m, "forward", *args, mask=mask))
         with torch.no_grad():
             ref_out, ref_A = mha_oracle(mha, x_q, x_q if x_kv is None else x_kv, mask, h)
-        check_close("out", ref_out, out, atol=tol(s, dtype), oracle="nn.MultiheadAttention", dims=SEQ_DIMS, case=label)
+            bad_out, bad_A = mha_oracle(unscaled_mha(mha), x_q, x_q if x_kv is None else x_kv, mask, h)
+        check_close("out", ref_out, out, atol=tol(s, dtype), oracle="nn.MultiheadAttention", dims=SEQ_DIMS, case=label,
+                    mistakes={SCALE_MISSING: bad_out})
         check_close("A", ref_A, A, atol=tol(s, dtype), oracle="nn.MultiheadAttention's per-head weights",
-                    dims=ATTN_DIMS, case=label)
+                    dims=ATTN_DIMS, case=label, mistakes={SCALE_MISSING: bad_A})
 
 
 @CHECKS.check("MultiHeadAttention", "gradients")
