@@ -1,7 +1,8 @@
-"""The public checks of the notebooks' test cells, and the diagnosis of common mistakes the hidden suites share.
+"""Public checks for the test cells: a failure says what was expected, what came back and, for a mistake the
+checks recognise, what it probably is.
 
-`course sync` copies this file, as it is, into the `setup_checks` cell of every notebook, so students read it:
-only torch and math here, nothing hidden, nothing of the reference solutions.
+One helper for every notebook of the course, kept in one file that the course's tools copy into each notebook's
+`setup_checks` cell; the hidden checks use the same mistake hints. It needs only torch and math.
 """
 import math
 
