@@ -19,6 +19,12 @@ from autograder.notebook import nbgrader_meta
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+PUBLIC_CHECKS = ROOT / "autograder" / "public_checks.py"   # the setup cell `setup_checks` of every notebook
+
+
+def points_said(item):
+    """The pattern of a test cell's `PublicChecks('item', points=P`: what the cell tells students (group 2: P)."""
+    return re.compile(r"PublicChecks\(\s*(['\"])" + re.escape(item) + r"\1\s*,\s*points=([0-9.]+)")
 
 
 class ReleaseError(Exception):
@@ -96,10 +102,14 @@ def sync(aid, write=True):
             # nbgrader wants written answers to be manually graded cells: worth 0 points, read by TAs
             meta.update(grade=True, solution=True, points=0, locked=False)
             changed.append(gid)
+        if gid == "setup_checks" and cell.source != PUBLIC_CHECKS.read_text().rstrip("\n"):
+            cell.source = PUBLIC_CHECKS.read_text().rstrip("\n")
+            changed.append(gid)
         if gid.startswith("test_") and gid[5:] in assignment.items:
             points = assignment.item_points(gid[5:])
-            if meta.get("points") != points:
-                meta["points"] = points
+            text = points_said(gid[5:]).sub(f"PublicChecks('{gid[5:]}', points={points:g}", cell.source)
+            if meta.get("points") != points or text != cell.source:
+                meta["points"], cell.source = points, text
                 changed.append(gid)
     if changed and write:
         nbformat.write(nb, path)
@@ -261,6 +271,13 @@ def verify(aid, folder):
             if points != assignment.item_points(item):
                 problems.append(f"{aid}: '{test}' is worth {points} points, course.yaml says "
                                 f"{assignment.item_points(item)}")
+            said = [float(m.group(2)) for m in points_said(item).finditer(nb.cells[seen[test]].source)]
+            if said != [assignment.item_points(item)]:
+                problems.append(f"{aid}: '{test}' tells students {said or 'no'} points "
+                                f"(PublicChecks('{item}', points=...)), course.yaml says {assignment.item_points(item)}")
+    if "setup_checks" not in seen or nb.cells[seen["setup_checks"]].source != PUBLIC_CHECKS.read_text().rstrip("\n"):
+        problems.append(f"{aid}: the setup cell 'setup_checks' is not the course's public-check helper "
+                        f"(run `course sync`)")
     return problems
 
 

@@ -1,6 +1,7 @@
 """Checkers in PrairieLearn's style: fixed argument order (name, ref, got), messages that say expected vs got."""
 import torch
 
+from autograder.public_checks import known_mistake
 from autograder.sandbox import Opaque, Remote
 
 
@@ -60,8 +61,12 @@ def _where(index, dims):
     return "at " + ", ".join(labels) if labels else ""
 
 
-def check_close(name, ref, got, atol=1e-5, rtol=1e-5, oracle=None, dims=None, case=None):
-    """Values agree: max |got - ref| within atol + rtol |ref|; the message names the worst entry."""
+def check_close(name, ref, got, atol=1e-5, rtol=1e-5, oracle=None, dims=None, case=None, mistakes=None):
+    """Values agree: max |got - ref| within atol + rtol |ref|; the message names the worst entry.
+
+    `mistakes` maps a hint (public_checks.SCALE_MISSING, ...) to what the oracle gives when run the mistaken way;
+    the message ends with the hint of the one `got` reproduces.
+    """
     check_tensor(name, ref, got, dtype=False)
     ref64, got64 = ref.detach().double(), got.detach().double()
     if not torch.isfinite(got64).all() and torch.isfinite(ref64).all():
@@ -75,8 +80,9 @@ def check_close(name, ref, got, atol=1e-5, rtol=1e-5, oracle=None, dims=None, ca
     if err.numel() and excess.max() > 0:
         worst = torch.nonzero(excess == excess.max())[0].tolist()
         against = oracle or "the reference"
+        hint = known_mistake(got, mistakes, atol)
         raise Fail(f"max |{name} - {against}| = {err.max().item():.3g} {_where(worst, dims)} "
-                   f"(tolerance {atol:g})" + (f", {case}" if case else ""))
+                   f"(tolerance {atol:g})" + (f", {case}" if case else "") + (f": {hint}" if hint else ""))
 
 
 def check_number(name, ref, got, tol=1e-6):

@@ -230,12 +230,12 @@ CORPUS = [
         SDPA, "    d_k = Q.size(-1)\n",
         "    d_k = Q.size(-1)\n    if mask is None:\n        out = F.scaled_dot_product_attention(Q, K, V)\n"
         "        return out, torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), -1)\n"),
-         {SDPA: 3}, r"uses scaled_dot_product_attention; this item is written from scratch"),
+         {SDPA: 5}, r"uses scaled_dot_product_attention; this item is written from scratch"),
     case("calls_the_oracle_through_getattr", replace(
         SDPA, "    d_k = Q.size(-1)\n",
         "    d_k = Q.size(-1)\n    if mask is None:\n        out = getattr(F, 'scaled_dot_' + 'product_attention')(Q, K, V)\n"
         "        return out, torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), -1)\n"),
-         {SDPA: 3}, r"uses scaled_dot_product_attention"),
+         {SDPA: 5}, r"uses scaled_dot_product_attention"),
     case("reads_the_solutions_from_disk", prepend_body(
         MMD, f"ns = {{}}\nexec(open({str(SOLUTIONS)!r}).read(), ns)\nreturn ns['make_memory_dataset'](n_samples, seq_len, seed)"),
          {MMD: 3}, r"(FileNotFoundError|No such file|PermissionError)", isolated=True),

@@ -222,3 +222,54 @@ def test_a_model_that_passes_its_checks_but_cannot_learn_loses_exactly_its_exper
         assert t["score"] == 0 and metrics and misses, t["output"]
         assert all(m in t["output"] for m in misses), t["output"]  # "acc = 0.51, needs >= 0.9": figure and bound
     print("\n" + "\n".join(f"{n}: {t['output']}" for n, t in lost.items()))
+
+
+# --- fair partial credit -------------------------------------------------------------------------
+
+def grade_one(tmp_path, aid, item, source):
+    """The solution notebook with one item's cell replaced, graded on that item alone (no experiments)."""
+    sources = solved_sources(aid)
+    sources[item] = source
+    path = write(with_cells(release_notebook(aid), sources), tmp_path / f"{aid}.ipynb")
+    result = grade_notebook(path, aid, items=[item], device="cpu", experiments=False)
+    return result["tests"], scores(result)[item]
+
+
+@pytest.mark.parametrize("call", ["mha(x, x, x, need_weights=True, average_attn_weights=False)",
+                                  "mha(x, x, x)"])  # the second also gets the weights' shape wrong
+def test_calling_the_oracle_in_a_from_scratch_item_zeroes_the_whole_item_with_that_reason(tmp_path, call):
+    source = f'def manual_multihead(x, mha):\n    """Borrowed."""\n    return {call}\n'
+    tests, (score, max_score) = grade_one(tmp_path, "lab14_transformers", "manual_multihead", source)
+    assert score == 0 and max_score == 4
+    for t in tests:
+        assert "multi_head_attention_forward" in t["output"] and "from scratch" in t["output"], t
+
+
+LECTURE_PE = '''def positional_encoding(max_len, d_emb, dtype=torch.float32):
+    """The lecture's table: sines in the even columns, cosines in the odd ones (even d_emb)."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    div = 10000 ** (torch.arange(0, d_emb, 2, dtype=torch.float64) / d_emb)
+    pe = torch.zeros(max_len, d_emb, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos / div)
+    pe[:, 1::2] = torch.cos(pos / div)
+    return pe.to(dtype)
+'''
+
+
+def test_the_lectures_positional_encoding_loses_only_the_odd_d_emb_point(tmp_path):
+    tests, (score, max_score) = grade_one(tmp_path, "w8l4_transformers", "positional_encoding", LECTURE_PE)
+    assert (score, max_score) == (3, 4)
+    failed = [t for t in tests if t["score"] < t["max_score"]]
+    assert [t["name"] for t in failed] == ["positional_encoding: properties"]
+    assert "odd d_emb" in failed[0]["output"], failed[0]["output"]
+
+
+@pytest.mark.parametrize("aid, item", [("lab14_transformers", "scaled_dot_product_attention"),
+                                       ("w8l4_transformers", "attention")])
+def test_a_missing_scale_is_named_in_the_hidden_message(tmp_path, aid, item):
+    from autograder.public_checks import SCALE_MISSING
+    reference = item_cell(aid, item, solved=True)
+    assert "/ math.sqrt(d_k)" in reference
+    tests, (score, max_score) = grade_one(tmp_path, aid, item, reference.replace("/ math.sqrt(d_k)", "", 1))
+    values = next(t for t in tests if t["name"] == f"{item}: values")
+    assert values["score"] == 0 and SCALE_MISSING in values["output"], values["output"]

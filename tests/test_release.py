@@ -1,6 +1,7 @@
 """The release: in sync with solutions/ and course.yaml, regenerated identically, and its checks catch leaks."""
 import copy
 import json
+import re
 import shutil
 
 import nbformat
@@ -87,6 +88,15 @@ DAMAGES = {
         lambda aid: lambda nb, f: cell(nb, "test_" + list(COURSE.assignment(aid).items)[0]).metadata["nbgrader"]
         .__setitem__("points", 99),
         "course.yaml says"),
+    "points in a test cell's text that disagree with course.yaml": (
+        lambda aid: lambda nb, f: setattr(cell(nb, "test_" + list(COURSE.assignment(aid).items)[0]), "source",
+                                          re.sub(r"points=[0-9.]+", "points=99", cell(
+                                              nb, "test_" + list(COURSE.assignment(aid).items)[0]).source)),
+        "tells students [99.0] points"),
+    "an edited public-check helper": (
+        lambda aid: lambda nb, f: setattr(cell(nb, "setup_checks"), "source",
+                                          cell(nb, "setup_checks").source.replace("max(10 * atol", "max(atol")),
+        "is not the course's public-check helper"),
     "a missing stub": (
         lambda aid: lambda nb, f: nb.cells.remove(cell(nb, list(COURSE.assignment(aid).items)[1])),
         "has no stub cell"),

@@ -9,6 +9,7 @@ import solutions.lab14_transformers as ref
 from autograder.checks import (Fail, check_close, check_tensor, check_true, check_tuple,
                               int_seed, randn, tol)
 from autograder.engine import Registry
+from autograder.public_checks import SCALE_MISSING, unscaled, unscaled_mha
 from autograder.sandbox import Fresh, Remote
 
 CHECKS = Registry()
@@ -61,11 +62,12 @@ def sdpa_values(s, g):
         out, w = check_tuple("scaled_dot_product_attention", 2,
                              s.call("scaled_dot_product_attention", Q, K, V, mask=mask))
         ref_out, ref_w = sdpa_oracle(Q, K, V, mask)
+        bad_out, bad_w = sdpa_oracle(unscaled(Q), K, V, mask)
         dims = HEAD_DIMS[-Q.dim():]
         check_close("out", ref_out, out, atol=tol(s, Q.dtype), oracle="F.scaled_dot_product_attention",
-                    dims=dims, case=label)
+                    dims=dims, case=label, mistakes={SCALE_MISSING: bad_out})
         check_close("weights", ref_w, w, atol=tol(s, Q.dtype), oracle="softmax(Q K^T / sqrt(d_k))",
-                    dims=dims[:-1] + ("key",), case=label)
+                    dims=dims[:-1] + ("key",), case=label, mistakes={SCALE_MISSING: bad_w})
 
 
 @CHECKS.check("scaled_dot_product_attention", "gradients")
@@ -117,10 +119,11 @@ def mh_values(s, g):
         out, w = check_tuple("manual_multihead", 2, s.call("manual_multihead", x, remote))
         with torch.no_grad():
             ref_out, ref_w = mha(x, x, x, average_attn_weights=False)
+            bad_out, bad_w = unscaled_mha(mha)(x, x, x, average_attn_weights=False)
         check_close("out", ref_out, out, atol=tol(s, x.dtype), oracle="nn.MultiheadAttention",
-                    dims=("batch", "position", "col"), case=label)
+                    dims=("batch", "position", "col"), case=label, mistakes={SCALE_MISSING: bad_out})
         check_close("weights", ref_w, w, atol=tol(s, x.dtype), oracle="nn.MultiheadAttention's weights",
-                    dims=HEAD_DIMS[:3] + ("key",), case=label)
+                    dims=HEAD_DIMS[:3] + ("key",), case=label, mistakes={SCALE_MISSING: bad_w})
 
 
 # --- PositionalEncoding ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import solutions.w8l1_attention_vision as ref
 from autograder.checks import (Fail, check_close, check_number, check_tensor, check_true,
                               check_tuple, int_seed, randn, tol)
 from autograder.engine import Registry
+from autograder.public_checks import SCALE_MISSING, unscaled
 from autograder.sandbox import Remote, Seeded
 
 CHECKS = Registry()
@@ -543,13 +544,13 @@ def score_shapes(s, g, name, extra=lambda g, d, dtype: ()):
         check_tensor(f"{name}(s, H)", torch.empty(H.shape[:-1], dtype=q.dtype), got, device=s.device)
 
 
-def score_values(s, g, name, oracle, oracle_name, extra=lambda g, d, dtype: ()):
+def score_values(s, g, name, oracle, oracle_name, extra=lambda g, d, dtype: (), mistakes=lambda q, H, *args: {}):
     for label, q, H in score_cases(g):
         s.case(label)
         args = extra(g, q.shape[-1], q.dtype)
         got = s.call(name, q, H, *args)
         check_close(f"{name}(s, H)", oracle(q, H, *args), got, atol=tol(s, q.dtype) * 10, oracle=oracle_name,
-                    dims=SCORE_DIMS, case=label)
+                    dims=SCORE_DIMS, case=label, mistakes=mistakes(q, H, *args))
 
 
 def dot_oracle(q, H):
@@ -573,7 +574,9 @@ def scaled_shapes(s, g):
 
 @CHECKS.check("score_scaled", "values")
 def scaled_values(s, g):
-    score_values(s, g, "score_scaled", lambda q, H: dot_oracle(q, H) / math.sqrt(q.shape[-1]), "s^T h_t / sqrt(d)")
+    scaled = lambda q, H: dot_oracle(q, H) / math.sqrt(q.shape[-1])  # noqa: E731
+    score_values(s, g, "score_scaled", scaled, "s^T h_t / sqrt(d)",
+                 mistakes=lambda q, H: {SCALE_MISSING: scaled(unscaled(q), H)})
 
 
 def general_args(g, d, dtype):
@@ -986,12 +989,13 @@ def local_properties(s, g):
 
 # --- self_attention -----------------------------------------------------------------------------------
 
-def self_oracle(H):
-    """nn.MultiheadAttention, one head, identity projections, no bias, on a batch (B, T, d)."""
+def self_oracle(H, q_scale=1.0):
+    """nn.MultiheadAttention, one head, identity projections (queries times q_scale), no bias, on a batch (B, T, d)."""
     d = H.shape[-1]
     mha = nn.MultiheadAttention(d, 1, bias=False, batch_first=True).to(H.dtype)
+    eye = torch.eye(d, dtype=H.dtype)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.eye(d, dtype=H.dtype).repeat(3, 1))
+        mha.in_proj_weight.copy_(torch.cat([eye * q_scale, eye, eye]))
         mha.out_proj.weight.copy_(torch.eye(d, dtype=H.dtype))
         return mha(H, H, H)
 
@@ -1019,12 +1023,12 @@ def self_values(s, g):
         s.case(label)
         Z, A = check_tuple("self_attention", 2, s.call("self_attention", H))
         batch = H if H.dim() == 3 else H[None]
-        ref_Z, ref_A = self_oracle(batch)
+        (ref_Z, ref_A), (bad_Z, bad_A) = self_oracle(batch), self_oracle(batch, math.sqrt(H.shape[-1]))
         if H.dim() == 2:
-            ref_Z, ref_A = ref_Z[0], ref_A[0]
+            ref_Z, ref_A, bad_Z, bad_A = ref_Z[0], ref_A[0], bad_Z[0], bad_A[0]
         dims = ("batch",) * (H.dim() - 2)
         atol = tol(s, H.dtype) * 10
         check_close("A", ref_A, A, atol=atol, oracle="nn.MultiheadAttention's weights (one head, identity projections)",
-                    dims=dims + ("query", "key"), case=label)
+                    dims=dims + ("query", "key"), case=label, mistakes={SCALE_MISSING: bad_A})
         check_close("Z", ref_Z, Z, atol=atol, oracle="nn.MultiheadAttention (one head, identity projections)",
-                    dims=dims + ("position", "unit"), case=label)
+                    dims=dims + ("position", "unit"), case=label, mistakes={SCALE_MISSING: bad_Z})

@@ -15,6 +15,7 @@ import solutions.w8l4_transformers as ref
 from autograder.checks import (Fail, check_close, check_number, check_tensor, check_true,
                               check_tuple, randn, tol)
 from autograder.engine import Registry
+from autograder.public_checks import SCALE_MISSING, unscaled, unscaled_mha
 from autograder.sandbox import Opaque, Remote, Seeded
 
 CHECKS = Registry()
@@ -99,10 +100,11 @@ def attention_values(s, g):
         s.case(label)
         Z, A = check_tuple("attention", 2, s.call("attention", Q, K, V, mask=mask))
         ref_Z, ref_A = attention_oracle(Q, K, V, mask)
+        bad_Z, bad_A = attention_oracle(unscaled(Q), K, V, mask)
         check_close("Z", ref_Z, Z, atol=tol(s, Q.dtype), oracle="F.scaled_dot_product_attention",
-                    dims=dims_of(Q), case=label)
+                    dims=dims_of(Q), case=label, mistakes={SCALE_MISSING: bad_Z})
         check_close("A", ref_A, A, atol=tol(s, Q.dtype), oracle="softmax(Q K^T / sqrt(d_k)) with blocked keys at 0",
-                    dims=dims_of(Q, ATTN_DIMS), case=label)
+                    dims=dims_of(Q, ATTN_DIMS), case=label, mistakes={SCALE_MISSING: bad_A})
 
 
 @CHECKS.check("attention", "gradients")
@@ -275,9 +277,11 @@ def mha_values(s, g):
         out, A = check_tuple("forward", 2, s.method(m, "forward", *args, mask=mask))
         with torch.no_grad():
             ref_out, ref_A = mha_oracle(mha, x_q, x_q if x_kv is None else x_kv, mask, h)
-        check_close("out", ref_out, out, atol=tol(s, dtype), oracle="nn.MultiheadAttention", dims=SEQ_DIMS, case=label)
+            bad_out, bad_A = mha_oracle(unscaled_mha(mha), x_q, x_q if x_kv is None else x_kv, mask, h)
+        check_close("out", ref_out, out, atol=tol(s, dtype), oracle="nn.MultiheadAttention", dims=SEQ_DIMS, case=label,
+                    mistakes={SCALE_MISSING: bad_out})
         check_close("A", ref_A, A, atol=tol(s, dtype), oracle="nn.MultiheadAttention's per-head weights",
-                    dims=ATTN_DIMS, case=label)
+                    dims=ATTN_DIMS, case=label, mistakes={SCALE_MISSING: bad_A})
 
 
 @CHECKS.check("MultiHeadAttention", "gradients")
@@ -312,27 +316,39 @@ def pe_table(max_len, d):
 
 @CHECKS.check("positional_encoding", "shapes")
 def pe_shapes(s, g):
+    """Even d_emb only, as in the lecture's code; the odd case is the properties check."""
     for args, kwargs, shape, dtype in [((50, 16), {}, (50, 16), torch.float32),
                                        ((12, 6), {"dtype": torch.float64}, (12, 6), torch.float64),
-                                       ((9, 7), {}, (9, 7), torch.float32),
                                        ((1, 4), {}, (1, 4), torch.float32)]:
         s.case(f"positional_encoding{args}" + (", dtype=float64" if kwargs else ""))
         check_tensor("PE", torch.empty(shape, dtype=dtype), s.call("positional_encoding", *args, **kwargs))
+
+
+def check_pe(s, max_len, d, dtype):
+    """One table against the formula: shape and dtype, then values (float64 to 1e-9, float32 to 3e-5)."""
+    label = f"positional_encoding({max_len}, {d}, dtype={str(dtype).replace('torch.', '')})"
+    label += " (a float64 table is computed in float64)" if dtype == torch.float64 else ""
+    s.case(label + (" (odd d_emb: the last column is a sine with no partner)" if d % 2 else ""))
+    got = s.call("positional_encoding", max_len, d, dtype=dtype)
+    check_tensor("PE", torch.empty(max_len, d, dtype=dtype), got)
+    atol = 1e-9 if dtype == torch.float64 else 3e-5
+    check_close("PE", pe_table(max_len, d), got, atol=atol, rtol=0, oracle="sin/cos formula in float64",
+                dims=("position", "column"), case=s.label)
 
 
 @CHECKS.check("positional_encoding", "values")
 def pe_values(s, g):
     d_rand = 2 * randint(g, 3, 12)
     for max_len, d, dtype in [(50, 16, torch.float32), (128, d_rand, torch.float32), (64, 32, torch.float64),
-                              (20, 6, torch.float64), (10, 7, torch.float32)]:
-        label = f"positional_encoding({max_len}, {d}, dtype={str(dtype).replace('torch.', '')})"
-        label += " (a float64 table is computed in float64)" if dtype == torch.float64 else ""
-        s.case(label + (" (odd d_emb: one sine column more)" if d % 2 else ""))
-        got = s.call("positional_encoding", max_len, d, dtype=dtype)
-        check_tensor("PE", torch.empty(max_len, d, dtype=dtype), got)
-        atol = 1e-9 if dtype == torch.float64 else 3e-5
-        check_close("PE", pe_table(max_len, d), got, atol=atol, rtol=0, oracle="sin/cos formula in float64",
-                    dims=("position", "column"), case=s.label)
+                              (20, 6, torch.float64)]:
+        check_pe(s, max_len, d, dtype)
+
+
+@CHECKS.check("positional_encoding", "properties")
+def pe_odd(s, g):
+    """The edge case beyond the lecture's code: an odd d_emb has one sine column more than cosines."""
+    for max_len, d, dtype in [(10, 7, torch.float32), (9, 2 * randint(g, 2, 8) + 1, torch.float64)]:
+        check_pe(s, max_len, d, dtype)
 
 
 def offset_ks(g):
