@@ -1,10 +1,12 @@
 """Grading cost: wall time to grade each reference solution, per item, against the bare compute of the same work.
 
 Bare compute = the same hidden checks run in-process against the reference (no sandbox, no process,
-no serialisation) plus the same training runs done directly with the harness. Both are measured in this one
-run, so the ratio is meaningful on a shared, noisy machine; absolute seconds are not.
+no serialisation) plus the same training runs done directly with the harness. Lecture = the lecture notebook's
+own training runs (benchmarks/lecture_loops.py): grading a complete submission should cost no more than the
+lecture's training does. All three are measured in this one run, so the ratios are meaningful on a shared, noisy
+machine; absolute seconds are not.
 
-    python benchmarks/grading_cost.py [ID ...] [--no-experiments]
+    python benchmarks/grading_cost.py [ID ...] [--no-experiments] [--no-bare]
 """
 import argparse
 import os
@@ -21,6 +23,7 @@ from autograder.engine import load_suite, seed_for
 from autograder.examples import release_notebook, solved_sources, with_cells
 from autograder.experiments import reference_parts, run_reference
 from autograder.sandbox import Fresh, Remote, Seeded
+from lecture_loops import lecture_seconds
 
 
 class LocalStudent:
@@ -142,23 +145,25 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("ids", nargs="*")
     parser.add_argument("--no-experiments", action="store_true")
+    parser.add_argument("--no-bare", action="store_true", help="skip the in-process column (it doubles the run)")
     args = parser.parse_args()
     os.environ["COURSE_NO_CACHE"] = "1"  # measure the training, not the cache
     with_exp = not args.no_experiments
     rows = []
     for aid in args.ids or load_course().assignments:
-        per_item_bare = bare(aid, with_exp)
+        per_item_bare = {} if args.no_bare else bare(aid, with_exp)
         per_item_graded, wall = graded(aid, with_exp)
-        total_bare = sum(per_item_bare.values())
-        print(f"\n{aid}: graded in {wall:.1f} s wall, bare compute {total_bare:.1f} s, ratio {wall / total_bare:.2f}")
+        lecture = lecture_seconds(aid) if with_exp else float("nan")
+        total_bare = sum(per_item_bare.values()) if per_item_bare else float("nan")
+        print(f"\n{aid}: graded in {wall:.1f} s wall, bare compute {total_bare:.1f} s, lecture {lecture:.1f} s")
         print(f"  {'item':<30}{'graded s':>10}{'bare s':>10}{'ratio':>8}")
-        for item in per_item_bare:
-            g, b = per_item_graded.get(item, 0.0), per_item_bare[item]
+        for item in per_item_graded:
+            g, b = per_item_graded[item], per_item_bare.get(item, float("nan"))
             print(f"  {item:<30}{g:>10.2f}{b:>10.2f}{(g / b if b > 0 else float('nan')):>8.1f}")
-        rows.append((aid, wall, total_bare))
-    print(f"\n{'assignment':<26}{'graded s':>10}{'bare s':>10}{'ratio':>8}")
-    for aid, wall, b in rows:
-        print(f"{aid:<26}{wall:>10.1f}{b:>10.1f}{wall / b:>8.2f}")
+        rows.append((aid, wall, total_bare, lecture))
+    print(f"\n{'assignment':<26}{'graded s':>10}{'bare s':>10}{'ratio':>8}{'lecture s':>11}{'graded / lecture':>18}")
+    for aid, wall, b, lec in rows:
+        print(f"{aid:<26}{wall:>10.1f}{b:>10.1f}{wall / b:>8.2f}{lec:>11.1f}{wall / lec:>18.2f}")
     return 0
 
 
