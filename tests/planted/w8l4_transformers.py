@@ -82,6 +82,16 @@ PLANTED = {
     pe[:, 1::2] = torch.cos(pos * div[: d_emb // 2])
     return pe.to(dtype)
 ''',
+            # the lecture's own code: right for every even d_emb, one column short for an odd one
+            "lecture_even_d_emb_only": '''def positional_encoding(max_len, d_emb, dtype=torch.float32):
+    """Sines in the even columns, cosines in the odd ones, as the lecture writes it."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    div = 10000 ** (torch.arange(0, d_emb, 2, dtype=torch.float64) / d_emb)
+    pe = torch.zeros(max_len, d_emb, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos / div)
+    pe[:, 1::2] = torch.cos(pos / div)
+    return pe.to(dtype)
+''',
         },
         "right": {
             "exp_log_interleaved": '''def positional_encoding(max_len, d_emb, dtype=torch.float32):
@@ -371,10 +381,11 @@ CATCHES = {
         "split_without_transpose": {"values", "gradients"},
         "x_kv_ignored": {"shapes", "values", "gradients"},
     },
-    "positional_encoding": {
-        "exponent_i_not_2i": {"values"},
-        "float32_then_cast": {"values"},
-        "sin_cos_swapped": {"values"},
+    "positional_encoding": {  # a wrong formula shows in the odd-d_emb table (properties) as well
+        "exponent_i_not_2i": {"values", "properties"},
+        "float32_then_cast": {"values", "properties"},
+        "sin_cos_swapped": {"values", "properties"},
+        "lecture_even_d_emb_only": {"properties"},
     },
     "offset_matrix": {
         "float32_matrix": {"shapes", "values", "properties"},
@@ -443,6 +454,8 @@ NOT_ISOLATED = {
     ("MultiHeadAttention", "values"): OVERLAP_TODO,
     ("MultiHeadAttention", "gradients"): OVERLAP_TODO,
     ("positional_encoding", "shapes"): SHAPES_TODO,
+    ("positional_encoding", "values"): "a wrong formula is wrong for odd widths too, so the odd-d_emb properties "
+                                       "check fails with it; only an odd-only slip would leave values alone",
     ("offset_matrix", "shapes"): SHAPES_TODO,
     ("offset_matrix", "properties"): OVERLAP_TODO,
     ("causal_mask", "shapes"): "its only case the values check lacks is causal_mask(T, device=...), which differs "
