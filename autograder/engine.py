@@ -396,7 +396,7 @@ def run_experiment(course, assignment, exp, code, sandbox, ref, device, runnable
     """Train in the sandbox with the student's parts, evaluate here with the reference's; second seed on a miss."""
     outcome = Outcome(exp.item, f"experiment {exp.name}", exp.points)
     if not runnable or sandbox is None:
-        outcome.output = f"not run: {why or f'{exp.item!r} must exist and be implemented first'}"
+        outcome.output = why or f"not run: '{exp.item}' must exist and be implemented first"  # why: the item's own reason
         return outcome
     spec = harness(assignment.id).EXPERIMENTS[exp.name]
     limits = course.limits_for(assignment.id, exp.item)
