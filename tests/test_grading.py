@@ -245,15 +245,7 @@ def test_calling_the_oracle_in_a_from_scratch_item_zeroes_the_whole_item_with_th
         assert "multi_head_attention_forward" in t["output"] and "from scratch" in t["output"], t
 
 
-LECTURE_PE = '''def positional_encoding(max_len, d_emb, dtype=torch.float32):
-    """The lecture's table: sines in the even columns, cosines in the odd ones (even d_emb)."""
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    div = 10000 ** (torch.arange(0, d_emb, 2, dtype=torch.float64) / d_emb)
-    pe = torch.zeros(max_len, d_emb, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(pos / div)
-    pe[:, 1::2] = torch.cos(pos / div)
-    return pe.to(dtype)
-'''
+LECTURE_PE = planted("w8l4_transformers")["positional_encoding"]["wrong"]["lecture_even_d_emb_only"]
 
 
 def test_the_lectures_positional_encoding_loses_only_the_odd_d_emb_point(tmp_path):
