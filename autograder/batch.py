@@ -1,17 +1,27 @@
-"""Grade many submissions: in parallel, resumable, each result written the moment it is done."""
+"""Grade many submissions: in parallel, resumable, each result written the moment it is done.
+
+Each submission is one pytest session (autograder/grade.py). pytest is not thread-safe, so with several
+workers each runs in a worker process of its own (started once per batch: the cost of importing torch is paid
+per worker, not per submission); with one worker, sessions run in this process.
+"""
 import fcntl
 import json
+import multiprocessing
 import os
+import signal
 import sys
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from autograder.engine import atomic_write, grade_notebook
-from autograder.sandbox import STOP, threads_per_worker
+from autograder.cache import atomic_write
+from autograder.grade import grade_notebook
+from autograder.sandbox import threads_per_worker
+
+WORKER_EXIT_SECONDS = 30  # an interrupted worker closes its sandbox and lock in well under this
 
 
 def find_submissions(paths, aid):
@@ -89,19 +99,23 @@ def _grade(name, notebook, aid, items, device, threads=None):
 def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_dir=None, progress=None):
     """[(name, result)] in the order given; each result is saved as soon as it is done.
 
-    Interrupted (KeyboardInterrupt, which `course grade` also makes of SIGTERM), every sandbox stops at
-    once, the submissions being graded get no result (nothing half-done is saved), and the interrupt goes
-    on to the caller; a rerun with the same results folder grades only what is missing.
+    Interrupted (KeyboardInterrupt, which `course grade` also makes of SIGTERM), every worker is interrupted
+    too and closes its sandbox, the submissions being graded get no result (nothing half-done is saved), and
+    the interrupt goes on to the caller; a rerun with the same results folder grades only what is missing.
     """
     if results_dir is not None:
         results_dir = Path(results_dir)
         results_dir.mkdir(parents=True, exist_ok=True)
     results = {}
     threads = threads_per_worker(workers)
-    own_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)  # the grader's own reference computations share the cores too
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    if workers <= 1:
+        for done, (name, nb) in enumerate(submissions, 1):
+            results[name] = grade_one(name, nb, aid, items, device, results_dir, threads)
+            if progress:
+                progress(done, len(submissions), name, results[name])
+        return [(name, results[name]) for name, _ in submissions]
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_started, initargs=(threads,))
     try:
         futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir, threads): name
                    for name, nb in submissions}
@@ -111,10 +125,28 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
             if progress:
                 progress(done, len(futures), name, results[name])
     except BaseException:
-        STOP.set()
+        _interrupt_workers(pool)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        STOP.clear()
-        torch.set_num_threads(own_threads)
     return [(name, results[name]) for name, _ in submissions]
+
+
+def _worker_started(threads):
+    """A worker process: its share of the cores, and SIGTERM as Ctrl-C, so that it unwinds (sandbox, lock)."""
+    if threads:
+        torch.set_num_threads(threads)  # the grader's own reference computations share the cores too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _interrupt_workers(pool):
+    """Interrupt every worker and wait until each has closed its sandbox and released its result lock."""
+    workers = list((pool._processes or {}).values())
+    for process in workers:
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGTERM)
+    for process in workers:
+        process.join(WORKER_EXIT_SECONDS)
+        if process.is_alive():
+            process.kill()  # its sandboxes die with it (their lifelines close)

@@ -1,8 +1,16 @@
-"""Checkers in PrairieLearn's style: fixed argument order (name, ref, got), messages that say expected vs got."""
-import torch
+"""Checkers in PrairieLearn's style: fixed argument order (name, ref, got), messages that say expected vs got.
 
-from autograder.public_checks import known_mistake
+With autograder.pytest_plugin, this is everything a suite imports: the checkers, the shared inputs and
+tolerances, the oracles two assignments share, and the named mistakes of the public checks.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograder.public_checks import SCALE_MISSING, known_mistake, unscaled, unscaled_mha  # noqa: F401 -- for suites
 from autograder.sandbox import Opaque, Remote
+from autograder.state import StateMismatch, assign_state
 
 
 class Fail(Exception):
@@ -154,3 +162,34 @@ def randn(g, *shape, dtype=torch.float32):
 def int_seed(g):
     """A seed for what the student's code builds (weights, data), drawn from the check's generator."""
     return int(torch.randint(0, 2**31 - 1, (1,), generator=g))
+
+
+# --- state and oracles shared by the suites -----------------------------------------------------
+
+def copy_state(name, tensors, module, expected=""):
+    """`module` carrying `tensors` (by registration order and shape); Fail naming `name` when they do not fit."""
+    try:
+        return assign_state(module, list(tensors))
+    except StateMismatch as e:
+        got, want = e.value_shapes, e.module_shapes
+        if max(len(got), len(want)) <= 8:
+            shown = f"parameters of shapes {got}, expected {want}"
+        else:  # a long list says little: point at the first tensor that differs
+            k = next(i for i in range(max(len(got), len(want))) if got[i:i + 1] != want[i:i + 1])
+            shown = (f"{len(got)} parameter tensors, expected {len(want)}; tensor {k} has shape "
+                     f"{got[k] if k < len(got) else 'none'}, expected {want[k] if k < len(want) else 'none'}")
+        raise Fail(f"{name} has {shown}" + (f" ({expected})" if expected else "")) from None
+
+
+def attention_oracle(Q, K, V, mask=None, blocked=False):
+    """F.scaled_dot_product_attention's output and the weights it implies.
+
+    `mask` follows the assignment's convention: True = may attend (lab14, w8l1), or True = blocked with
+    `blocked=True` (w8l4). Weights: softmax(Q K^T / sqrt(d_k)) with the masked scores at -inf.
+    """
+    allowed = None if mask is None else (~mask.bool() if blocked else mask.bool())
+    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])  # (..., T_q, T_k)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return out, scores.softmax(-1)

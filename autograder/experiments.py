@@ -1,17 +1,32 @@
-"""The lecture's experiments: one harness, run with the reference parts here or the student's in the sandbox."""
+"""The lecture's experiments: one harness, run with the reference parts here or the student's in the sandbox.
+
+Graded runs train in the sandbox with the student's parts (the harness's own loop, the grader's data) and are
+evaluated here, with the trained weights copied into the reference architecture.
+"""
 import importlib
+import inspect
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
 
+from autograder.cache import cache_read, cache_write, experiment_key, grader_digest
 from autograder.config import load_course
+from autograder.notebook import fingerprint
+from autograder.sandbox import SandboxFailure, StudentRaised
+from autograder.scoring import Outcome
+from autograder.state import StateMismatch, assign_state
 
 
 def harness(aid):
     """The assignment's harness module (autograder/harness/<id>.py)."""
     return importlib.import_module(f"autograder.harness.{aid}")
+
+
+def harness_sources(aid):
+    """{module name: source} of the harness the sandbox loads (the module name is the assignment's id)."""
+    return {aid: inspect.getsource(harness(aid))}
 
 
 def reference_parts(aid):
@@ -45,14 +60,8 @@ class ExperimentResult:
 
 
 def move_state(source, target):
-    """Copy parameters and buffers across by registration order and shape; error on any mismatch."""
-    src, dst = list(source.state_dict().items()), list(target.state_dict().items())
-    if [tuple(v.shape) for _, v in src] != [tuple(v.shape) for _, v in dst]:
-        raise ValueError("state has shapes " + str([tuple(v.shape) for _, v in src])
-                         + ", expected " + str([tuple(v.shape) for _, v in dst]))
-    with torch.no_grad():
-        for (_, s), (_, d) in zip(src, dst):
-            d.copy_(s)
+    """Copy parameters and buffers across by registration order and shape; StateMismatch on any misfit."""
+    return assign_state(target, list(source.state_dict().values()))
 
 
 def run_reference(aid, name, device="cpu", seed=None):
@@ -87,3 +96,79 @@ def format_row(exp, result):
     verdict = "ok" if result.passed else "MISSED: " + "; ".join(result.failures)
     return (f"{result.assignment}.{result.name:<22} {', '.join(parts)}  "
             f"[{result.seconds:.1f} s, seed {result.seed}] {verdict}")
+
+
+def experiment_inputs(code, aid, exp, seed, device, threads):
+    """Everything that can change one experiment's result: the code as it runs (not as laid out), the grader,
+    harness, solutions, config, seed, device, torch, the data's source and the sandbox's CPU threads."""
+    data = ""
+    if "load_mnist" in harness_sources(aid)[aid]:  # only the MNIST harness reads data that may come two ways
+        from autograder.mnist import data_source
+        kind, folder = data_source()
+        data = f"mnist {kind} {folder}"
+    return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "grader": grader_digest(),
+            "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")), "cfg": exp.cfg,
+            "seed": seed, "device": device, "torch": torch.__version__, "data": data,
+            "threads": threads or torch.get_num_threads()}  # the sandbox forks from a process with our default
+
+
+def run_experiment(course, aid, exp, code, sandbox, device, why=""):
+    """Train in the sandbox with the student's parts, evaluate here with the reference's; next seed on a miss.
+
+    `why`: the reason it cannot run (its item is zeroed, or does not exist), which becomes its output.
+    """
+    outcome = Outcome(exp.item, f"experiment {exp.name}", exp.points)
+    if why or sandbox is None:
+        outcome.output = why or f"not run: '{exp.item}' must exist and be implemented first"
+        return outcome
+    spec, ref = harness(aid).EXPERIMENTS[exp.name], reference_parts(aid)
+    limits = course.limits_for(aid, exp.item)
+    lines, t0 = [], time.monotonic()
+    for seed in exp.seeds:
+        key = experiment_key(experiment_inputs(code, aid, exp, seed, device, sandbox.threads))
+        cached = cache_read(key)
+        if cached is not None:
+            metrics, failures = cached
+            if metrics is not None:  # thresholds are judged now: course.yaml may have changed since
+                failures = exp.failures(metrics)
+        else:
+            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits)
+            if metrics is not None or failures and "time limit" not in failures[0]:
+                cache_write(key, [metrics, failures])
+        shown = ", ".join(f"{k} {v:.4g}" + (f" (lecture {exp.lecture[k]:g})" if k in exp.lecture else "")
+                          for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
+        lines.append(f"seed {seed}: {shown or 'no metrics'}" + ("" if not failures else " -- " + "; ".join(failures)))
+        outcome.extra = {"experiment": exp.name, "seed": seed, "metrics": metrics or {}}
+        if metrics is not None and not failures:
+            outcome.score = outcome.max_score
+            break
+    outcome.seconds = time.monotonic() - t0
+    verdict = "passed" if outcome.score else "missed the lecture's threshold"
+    outcome.output = f"{exp.description}: {verdict}\n" + "\n".join(lines)
+    return outcome
+
+
+def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits):
+    try:
+        sandbox.ensure()
+        torch.manual_seed(seed)
+        data = spec["data"](ref, exp.cfg, seed, device)
+        answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
+                                 name=exp.name, cfg=exp.cfg, seed=seed, device=device)
+        trained = sandbox.value(answer)
+        model = spec["build"](ref, exp.cfg, seed, device)
+        expected = len(model.state_dict())
+        if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
+            trained = []  # nothing that could be a model's state came back
+        try:
+            assign_state(model, trained)
+        except StateMismatch:
+            return None, ["the trained model's parameters do not have the reference architecture's shapes "
+                          f"({len(trained)} tensors, expected {expected})"]
+        model.eval()
+        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
+        return metrics, exp.failures(metrics)
+    except StudentRaised as e:
+        return None, [f"training raised {e}"]
+    except SandboxFailure as e:
+        return None, [f"training {e}"]

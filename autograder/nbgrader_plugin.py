@@ -30,7 +30,7 @@ class TrustedGrade(NbGraderPreprocessor):
     device = Unicode("auto", help="auto, cpu or cuda").tag(config=True)
 
     def preprocess(self, nb, resources):
-        from autograder.engine import grade_notebook
+        from autograder.grade import grade_notebook
         aid = resources["nbgrader"]["assignment"]
         with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp:
             path = Path(tmp) / f"{resources['nbgrader']['notebook']}.ipynb"

@@ -119,3 +119,24 @@ def names_used(source):
         elif isinstance(node, ast.alias):
             names.update(node.name.split(".") + ([node.asname] if node.asname else []))
     return names
+
+
+def restore_setup_cells(code, released):
+    """Setup cells are locked: grade with the released version of each, whatever the submission did to them."""
+    if code.error or not Path(released).exists():
+        return
+    trusted = {c.grade_id: c.source for c in load_student_code(released, []).cells}
+    for cell in code.cells:
+        if cell.grade_id in trusted and cell.source != trusted[cell.grade_id]:
+            code.notes.append(f"setup cell '{cell.grade_id}' was changed in the submission; the released version was used")
+            cell.source = trusted[cell.grade_id]
+    previous = None  # a missing setup cell goes back right after the setup cell that precedes it in the release
+    for gid, source in trusted.items():
+        at = next((k for k, c in enumerate(code.cells) if c.grade_id == gid), None)
+        if at is None:
+            code.notes.append(f"setup cell '{gid}' was missing from the submission; the released version was used")
+            at = 0 if previous is None else next(k for k, c in enumerate(code.cells) if c.grade_id == previous) + 1
+            code.cells.insert(at, Cell(gid, source, -1))
+        previous = gid
+    # a cell posing as a setup cell that the release does not have is the student's code, not setup
+    code.cells = [c for c in code.cells if not c.grade_id.startswith("setup_") or c.grade_id in trusted]

@@ -43,7 +43,7 @@ class CourseGrader(AbstractOtterPlugin):
     """Grade with the course's isolated grader (plugin config: `assignment`, optional `device`)."""
 
     def before_execution(self, submission):
-        from autograder.engine import grade_notebook
+        from autograder.grade import grade_notebook
         self.result = grade_notebook(self.submission_path, self.plugin_config["assignment"],
                                      device=self.plugin_config.get("device", "auto"))
         return nbformat.v4.new_notebook()  # what Otter's kernel executes: nothing of the student's

@@ -31,11 +31,6 @@ UID_LEASES = Path(tempfile.gettempdir()) / "course-sandbox-uids"   # one flock p
 STARTUP_SECONDS = 300  # the process importing torch before any student code runs: not the student's time
 MAX_ANSWER_BYTES = 256 * 2**20  # one answer from the student's process, tensors included
 MEMORY_POLL_SECONDS = 0.1
-STOP = threading.Event()  # set when a batch is interrupted: every sandbox wait gives up at once
-
-
-class Interrupted(BaseException):
-    """The batch was interrupted (Ctrl-C, SIGTERM): no result for this submission, nothing saved."""
 
 
 class SandboxFailure(Exception):
@@ -375,11 +370,8 @@ class Sandbox:
 
     # --- the channel -----------------------------------------------------------------------------
     def _wait(self, fd, deadline, limit_s, write=False):
-        """Until `fd` is ready; raises at the deadline, past the memory limit, or when the batch is interrupted."""
+        """Until `fd` is ready; raises at the deadline or past the memory limit."""
         while True:
-            if STOP.is_set():
-                self.kill()
-                raise Interrupted()
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()

@@ -19,7 +19,9 @@ import nbformat
 import torch
 
 from autograder.config import CHECK_ORDER, load_course
-from autograder.engine import load_suite, seed_for
+from autograder.pytest_plugin import suite_checks
+from autograder.scoring import seed_for
+from autograder.state import assign_state
 from autograder.examples import release_notebook, solved_sources, with_cells
 from autograder.experiments import reference_parts, run_reference
 from autograder.sandbox import Fresh, Remote, Seeded
@@ -95,9 +97,7 @@ class LocalStudent:
         return {k: v.detach().clone() for k, v in obj.obj.state_dict().items()}
 
     def load_state(self, obj, tensors):
-        with torch.no_grad():
-            for t, s in zip(obj.obj.state_dict().values(), tensors):
-                t.copy_(s)
+        assign_state(obj.obj, list(tensors))
 
     def attr(self, target, attr):
         return self._wrap(getattr(target.obj if isinstance(target, Remote) else getattr(self.ref, target), attr))
@@ -109,15 +109,15 @@ class LocalStudent:
 def bare(aid, with_experiments):
     """item -> seconds for the checks run in-process, plus the experiments run directly."""
     course = load_course()
-    assignment, suite, ref = course.assignment(aid), load_suite(aid), reference_parts(aid)
+    assignment, ref = course.assignment(aid), reference_parts(aid)
+    module, checks = suite_checks(aid)
     out = {}
     for item, spec in assignment.items.items():
         t0 = time.perf_counter()
         for kind in CHECK_ORDER:
-            fn = suite.checks.get((item, kind))
-            if kind in spec.points and fn is not None:
+            for name in checks.get((item, kind), []) if kind in spec.points else []:
                 seed = seed_for(course.seed, aid, item, kind)
-                fn(LocalStudent(ref, seed), torch.Generator().manual_seed(seed))
+                getattr(module, name)(LocalStudent(ref, seed), torch.Generator().manual_seed(seed))
         if with_experiments:
             for exp in assignment.experiments_of(item):
                 run_reference(aid, exp.name, device="cpu")
@@ -127,7 +127,7 @@ def bare(aid, with_experiments):
 
 def graded(aid, with_experiments):
     """item -> seconds the real grader spent (sandbox and all), from results.json's per-test times."""
-    from autograder.engine import grade_notebook
+    from autograder.grade import grade_notebook
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{aid}.ipynb"
         nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)

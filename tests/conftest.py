@@ -26,7 +26,7 @@ def graded_solutions(tmp_path_factory):
     notebook, the nbgrader round trip) reuse them instead of training again.
     """
     from autograder.config import load_course
-    from autograder.engine import grade_notebook
+    from autograder.grade import grade_notebook
     from autograder.examples import release_notebook, solved_sources, with_cells
     from autograder.report import experiment_lines
     folder = tmp_path_factory.mktemp("solutions")

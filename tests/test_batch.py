@@ -103,7 +103,7 @@ def test_scores_do_not_depend_on_order_workers_or_repetition(tmp_path):
         again = dict(grade_batch(order, AID, items=items, device="cpu", workers=workers))
         assert stable([again[n] for n, _ in subs]) == stable([first[n] for n, _ in subs])
     name, path = subs[0]
-    from autograder.engine import grade_notebook
+    from autograder.grade import grade_notebook
     scores = {grade_notebook(path, AID, items=items, device="cpu")["score"] for _ in range(5)}
     assert scores == {first[name]["score"]}
 
@@ -111,18 +111,18 @@ def test_scores_do_not_depend_on_order_workers_or_repetition(tmp_path):
 def test_a_grader_failure_is_reported_as_such_and_retried_not_scored_zero(tmp_path, monkeypatch):
     """When the sandbox cannot start (the machine's fault), nobody gets a zero: the result says the grader
     failed, nothing is saved, and the next run grades the submission."""
-    import autograder.engine
+    import autograder.pytest_plugin
     from autograder.sandbox import SandboxFailure
     subs = [(n, p) for n, p in find_submissions([make_batch(tmp_path / "subs", n=3)], AID) if n == "complete"]
-    real_start = autograder.engine.Sandbox.start
+    real_start = autograder.pytest_plugin.Sandbox.start
 
     def broken(self):
         raise SandboxFailure("sandbox", "could not enter the sandbox: (simulated)")
-    monkeypatch.setattr(autograder.engine.Sandbox, "start", broken)
+    monkeypatch.setattr(autograder.pytest_plugin.Sandbox, "start", broken)
     [(name, result)] = grade_batch(subs, AID, items=ITEMS.split(","), device="cpu", results_dir=tmp_path / "r")
     assert result["extra_data"]["grader_error"] and "sandbox could not be started" in result["output"]
     assert not list((tmp_path / "r").glob("*.json")), "a grader failure must not be kept as a result"
 
-    monkeypatch.setattr(autograder.engine.Sandbox, "start", real_start)
+    monkeypatch.setattr(autograder.pytest_plugin.Sandbox, "start", real_start)
     [(name, result)] = grade_batch(subs, AID, items=ITEMS.split(","), device="cpu", results_dir=tmp_path / "r")
     assert result["score"] == result["max_score"] > 0 and (tmp_path / "r" / f"{name}.json").exists()

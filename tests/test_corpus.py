@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from autograder.config import ROOT, load_course
-from autograder.engine import grade_notebook
+from autograder.grade import grade_notebook
 from autograder.examples import release_notebook, solved_sources, with_cells
 from autograder.notebook import nbgrader_meta
 from autograder.report import item_summary
@@ -218,7 +218,7 @@ CORPUS = [
     case("fake_grader_module_in_sys_modules", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import sys, types\nfake = types.ModuleType('autograder')\nfake.grade_notebook = lambda *a, **k: "
-                     "{'score': 100}\nfor name in ('autograder', 'autograder.engine', 'autograder.checks', 'nbgrader',"
+                     "{'score': 100}\nfor name in ('autograder', 'autograder.grade', 'autograder.checks', 'nbgrader',"
                      " 'otter', 'gradescope_utils'):\n    sys.modules[name] = fake")(nb, f)),
          WRONG_LOST, r"max \|out"),
     case("hard_coded_public_check_outputs", replace(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):",

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.engine import grade_notebook
+from autograder.grade import grade_notebook
 from autograder.examples import examples, release_notebook, solved_sources, with_cells
 from autograder.gradescope import COURSE_DIR, export_gradescope, requirements
 from autograder.sandbox import can_isolate
@@ -142,7 +142,7 @@ def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(
 UID_LEVEL_CASES = """
 import json, sys
 import nbformat
-from autograder.engine import grade_notebook
+from autograder.grade import grade_notebook
 from tests.test_corpus import AID, LIMITS, MMD, SDPA, WRONG_SDPA, append, prepend_body, replace, solved
 cases = {
     "complete": (lambda nb: None, {}),

@@ -7,7 +7,7 @@ import pytest
 
 from autograder.build import item_cell
 from autograder.config import load_course
-from autograder.engine import grade_notebook
+from autograder.grade import grade_notebook
 from autograder.examples import release_notebook, solved_sources, with_cells
 from autograder.notebook import names_used
 from autograder.report import item_summary

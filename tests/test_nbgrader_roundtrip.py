@@ -13,7 +13,7 @@ import pytest
 
 from autograder.build import HIDDEN_BEGIN, run_nbgrader
 from autograder.config import ROOT, load_course
-from autograder.engine import grade_notebook
+from autograder.grade import grade_notebook
 from autograder.examples import release_notebook, solved_sources, with_cells
 
 pytestmark = pytest.mark.grading

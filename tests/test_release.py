@@ -127,7 +127,7 @@ def test_the_release_runs_top_to_bottom_raising_only_not_implemented(tmp_path, a
 
 @pytest.mark.parametrize("aid", AIDS)
 def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, aid):
-    from autograder.engine import grade_notebook
+    from autograder.grade import grade_notebook
     path = solve(aid, tmp_path)
     text = path.read_text()
     assert BEGIN in text  # the instructor's copy keeps the regions, filled

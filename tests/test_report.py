@@ -3,7 +3,7 @@ import json
 
 from autograder.class_report import class_report, normalised
 from autograder.config import load_course
-from autograder.engine import Outcome
+from autograder.scoring import Outcome
 from autograder.report import WIDTH, grade_table, lost_points, reason_lines
 
 AID = "w8l1_attention_vision"

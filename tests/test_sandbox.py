@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autograder.config import ROOT, Limits
-from autograder.engine import Student
+from autograder.student import Student
 from autograder.notebook import Cell
 from autograder.sandbox import Sandbox, SandboxFailure, StudentRaised, can_isolate, pids_of_uid
 
@@ -66,7 +66,7 @@ def whoami():
 def test_solutions_suites_and_course_files_are_invisible(probe):
     assert probe.isolation == "namespaces"
     for path in ["solutions/w8l4_transformers.py", "autograder/suites/w8l4_transformers.py", "course.yaml",
-                 "autograder/engine.py", ".git/HEAD", "assignments"]:
+                 "autograder/grade.py", ".git/HEAD", "assignments"]:
         assert ask(probe, "can_read", str(ROOT / path)) is False, path
     assert ask(probe, "listing", str(ROOT / "solutions")) == []
     assert ask(probe, "whoami") != 0

@@ -1,6 +1,6 @@
 """Mutation test of the meta-tests: each suite check in turn becomes a no-op; some planted test must then fail.
 
-For every (item, kind) a suite registers, the check is replaced in this process by `lambda s, g: None` and the
+For every (item, kind) a suite scores, its test function is replaced in this process by one that does nothing and the
 planted-mistake rounds that hold that item are run with pytest; the tests that failed are the ones that caught
 the no-op. A check that no test catches is printed as SURVIVED. Not run in CI (about half a minute a check).
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autograder.config import load_course  # noqa: E402
-from autograder.engine import load_suite  # noqa: E402
+from autograder.pytest_plugin import suite_checks  # noqa: E402
 from tests.test_grading import rounds  # noqa: E402
 
 
@@ -34,19 +34,24 @@ class Failed:
 
 def catchers(aid, item, kind):
     """The planted tests that fail while (item, kind) of aid's suite does nothing."""
-    suite = load_suite(aid)
+    module, checks = suite_checks(aid)
     ids = [f"{aid}-round{k}" for k, batch in enumerate(rounds(aid)) if any(i == item for i, _, _ in batch)]
     if not ids:
         return None
-    original = suite.checks[(item, kind)]
-    suite.checks[(item, kind)] = lambda s, g: None
+    originals = {name: getattr(module, name) for name in checks[(item, kind)]}
+    for name, fn in originals.items():
+        def does_nothing(student, rng):
+            pass
+        does_nothing.pytestmark = fn.pytestmark  # still scores (item, kind)
+        setattr(module, name, does_nothing)
     try:
         failed = Failed()
         tests = [f"{ROOT}/tests/test_grading.py::test_planted_mistakes_lose_points_on_their_item_only[{i}]" for i in ids]
         pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", *tests], plugins=[failed])
         return failed.ids
     finally:
-        suite.checks[(item, kind)] = original
+        for name, fn in originals.items():
+            setattr(module, name, fn)
 
 
 def main():
@@ -57,7 +62,7 @@ def main():
     course = load_course()
     survived = []
     for aid in args.ids or list(course.assignments):
-        for (item, kind) in load_suite(aid).checks:
+        for (item, kind) in suite_checks(aid)[1]:
             if args.item and item != args.item:
                 continue
             t0 = time.monotonic()

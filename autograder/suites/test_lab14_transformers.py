@@ -1,83 +1,73 @@
-"""Hidden checks for Lab 14: attention and transformers (mask convention: 1/True = may attend)."""
-import math
+"""Hidden checks for Lab 14: attention and transformers (mask convention: 1/True = may attend).
 
+Oracles: F.scaled_dot_product_attention, nn.MultiheadAttention, the sinusoid formula in float64,
+nn.TransformerEncoderLayer carrying the student's weights, and the reference classifier. PYTEST_DONT_REWRITE
+"""
+import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-import solutions.lab14_transformers as ref
-from autograder.checks import (Fail, check_close, check_tensor, check_true, check_tuple,
-                              int_seed, randn, tol)
-from autograder.engine import Registry
-from autograder.public_checks import SCALE_MISSING, unscaled, unscaled_mha
-from autograder.sandbox import Fresh, Remote
+from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_tensor, check_true,
+                               check_tuple, copy_state, int_seed, randn, tol, unscaled, unscaled_mha)
+from autograder.pytest_plugin import Fresh, Remote, reference
 
-CHECKS = Registry()
+ref = reference("lab14_transformers")
+
 HEAD_DIMS = ("batch", "head", "query", "col")
 
 
 # --- scaled_dot_product_attention ---------------------------------------------------------------
 
-def attention_cases(g):
+def attention_cases(rng):
     """(label, Q, K, V, mask) covering batch and head dims, T_q != T_k, d_v != d_k, masks, float64."""
-    Q, K, V = randn(g, 2, 3, 5, 8), randn(g, 2, 3, 7, 8), randn(g, 2, 3, 7, 6)
+    Q, K, V = randn(rng, 2, 3, 5, 8), randn(rng, 2, 3, 7, 8), randn(rng, 2, 3, 7, 6)
     yield "plain, Q (2, 3, 5, 8), K (2, 3, 7, 8), V (2, 3, 7, 6)", Q, K, V, None
-    Q, K, V = randn(g, 2, 6, 4), randn(g, 2, 6, 4), randn(g, 2, 6, 4)
+    Q, K, V = randn(rng, 2, 6, 4), randn(rng, 2, 6, 4), randn(rng, 2, 6, 4)
     yield "causal mask (lower-triangular True = may attend)", Q, K, V, torch.ones(6, 6, dtype=torch.bool).tril()
     lengths = torch.tensor([3, 7])
     pad = (torch.arange(7)[None, :] < lengths[:, None])[:, None, None, :]  # (2, 1, 1, 7)
-    Q, K, V = randn(g, 2, 2, 4, 5), randn(g, 2, 2, 7, 5), randn(g, 2, 2, 7, 3)
+    Q, K, V = randn(rng, 2, 2, 4, 5), randn(rng, 2, 2, 7, 5), randn(rng, 2, 2, 7, 3)
     yield "padding mask (keys 3.. of batch 0 blocked)", Q, K, V, pad
-    Q, K, V = (randn(g, 3, 5, 4, dtype=torch.float64) for _ in range(3))
+    Q, K, V = (randn(rng, 3, 5, 4, dtype=torch.float64) for _ in range(3))
     yield "float64, 0/1 integer causal mask", Q, K, V, torch.ones(5, 5, dtype=torch.long).tril()
-    Q, K, V = randn(g, 9, 16) * 3, randn(g, 11, 16) * 3, randn(g, 11, 16)
+    Q, K, V = randn(rng, 9, 16) * 3, randn(rng, 11, 16) * 3, randn(rng, 11, 16)
     yield "unbatched (9, 16) x (11, 16), large scores", Q, K, V, None
 
 
-def sdpa_oracle(Q, K, V, mask):
-    """F.scaled_dot_product_attention's output and the weights it implies (True = take part)."""
-    allowed = None if mask is None else mask.bool()
-    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    return out, scores.softmax(-1)
-
-
-@CHECKS.check("scaled_dot_product_attention", "shapes")
-def sdpa_shapes(s, g):
-    for label, Q, K, V, mask in list(attention_cases(g))[:4]:
-        s.case(label)
+@pytest.mark.item("scaled_dot_product_attention", "shapes")
+def test_sdpa_shapes(student, rng):
+    for label, Q, K, V, mask in list(attention_cases(rng))[:4]:
+        student.case(label)
         out, w = check_tuple("scaled_dot_product_attention", 2,
-                             s.call("scaled_dot_product_attention", Q, K, V, mask=mask))
-        ref_out, ref_w = sdpa_oracle(Q, K, V, mask)
-        check_tensor("out", ref_out, out, device=s.device)
-        check_tensor("weights", ref_w, w, device=s.device)
+                             student.call("scaled_dot_product_attention", Q, K, V, mask=mask))
+        ref_out, ref_w = attention_oracle(Q, K, V, mask)
+        check_tensor("out", ref_out, out, device=student.device)
+        check_tensor("weights", ref_w, w, device=student.device)
 
 
-@CHECKS.check("scaled_dot_product_attention", "values")
-def sdpa_values(s, g):
-    for label, Q, K, V, mask in attention_cases(g):
-        s.case(label)
+@pytest.mark.item("scaled_dot_product_attention", "values")
+def test_sdpa_values(student, rng):
+    for label, Q, K, V, mask in attention_cases(rng):
+        student.case(label)
         out, w = check_tuple("scaled_dot_product_attention", 2,
-                             s.call("scaled_dot_product_attention", Q, K, V, mask=mask))
-        ref_out, ref_w = sdpa_oracle(Q, K, V, mask)
-        bad_out, bad_w = sdpa_oracle(unscaled(Q), K, V, mask)
+                             student.call("scaled_dot_product_attention", Q, K, V, mask=mask))
+        ref_out, ref_w = attention_oracle(Q, K, V, mask)
+        bad_out, bad_w = attention_oracle(unscaled(Q), K, V, mask)
         dims = HEAD_DIMS[-Q.dim():]
-        check_close("out", ref_out, out, atol=tol(s, Q.dtype), oracle="F.scaled_dot_product_attention",
+        check_close("out", ref_out, out, atol=tol(student, Q.dtype), oracle="F.scaled_dot_product_attention",
                     dims=dims, case=label, mistakes={SCALE_MISSING: bad_out})
-        check_close("weights", ref_w, w, atol=tol(s, Q.dtype), oracle="softmax(Q K^T / sqrt(d_k))",
+        check_close("weights", ref_w, w, atol=tol(student, Q.dtype), oracle="softmax(Q K^T / sqrt(d_k))",
                     dims=dims[:-1] + ("key",), case=label, mistakes={SCALE_MISSING: bad_w})
 
 
-@CHECKS.check("scaled_dot_product_attention", "gradients")
-def sdpa_gradients(s, g):
-    for label, Q, K, V, mask in list(attention_cases(g))[:3]:
-        s.case(label + ", gradients w.r.t. Q, K, V")
-        up = randn(g, *Q.shape[:-1], V.shape[-1])
-        (out, _), grads = s.grad("scaled_dot_product_attention", (Q, K, V, mask), wrt=[0, 1, 2], upstream=[up, None])
+@pytest.mark.item("scaled_dot_product_attention", "gradients")
+def test_sdpa_gradients(student, rng):
+    for label, Q, K, V, mask in list(attention_cases(rng))[:3]:
+        student.case(label + ", gradients w.r.t. Q, K, V")
+        up = randn(rng, *Q.shape[:-1], V.shape[-1])
+        (out, _), grads = student.grad("scaled_dot_product_attention", (Q, K, V, mask), wrt=[0, 1, 2], upstream=[up, None])
         leaves = [t.clone().requires_grad_(True) for t in (Q, K, V)]
-        expected = torch.autograd.grad((sdpa_oracle(*leaves, mask)[0] * up).sum(), leaves)
+        expected = torch.autograd.grad((attention_oracle(*leaves, mask)[0] * up).sum(), leaves)
         for name, e, got in zip(("dQ", "dK", "dV"), expected, grads):
             if got is None:
                 raise Fail(f"no gradient reached {name[1]} ({label})")
@@ -87,42 +77,42 @@ def sdpa_gradients(s, g):
 
 # --- manual_multihead -----------------------------------------------------------------------------
 
-def fresh_mha(g, E, H, bias=True):
+def fresh_mha(rng, E, H, bias=True):
     """A randomly initialised nn.MultiheadAttention here, and the same one built in the student's process."""
-    torch.manual_seed(int_seed(g))
+    torch.manual_seed(int_seed(rng))
     mha = nn.MultiheadAttention(E, H, bias=bias, batch_first=True)
     with torch.no_grad():  # non-zero biases, so a forgotten bias shows
         for p in mha.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=g))
+            p.add_(0.1 * torch.randn(p.shape, generator=rng))
     remote = Fresh("MultiheadAttention", E, H, bias=bias, batch_first=True,
                    state=list(mha.state_dict().values()))
     return mha, remote
 
 
-@CHECKS.check("manual_multihead", "shapes")
-def mh_shapes(s, g):
-    mha, remote = fresh_mha(g, 16, 4)
-    x = randn(g, 3, 5, 16)
-    s.case("x (3, 5, 16), 4 heads")
-    out, w = check_tuple("manual_multihead", 2, s.call("manual_multihead", x, remote))
-    check_tensor("out", torch.empty(3, 5, 16), out, device=s.device)
-    check_tensor("weights", torch.empty(3, 4, 5, 5), w, device=s.device)
+@pytest.mark.item("manual_multihead", "shapes")
+def test_mh_shapes(student, rng):
+    mha, remote = fresh_mha(rng, 16, 4)
+    x = randn(rng, 3, 5, 16)
+    student.case("x (3, 5, 16), 4 heads")
+    out, w = check_tuple("manual_multihead", 2, student.call("manual_multihead", x, remote))
+    check_tensor("out", torch.empty(3, 5, 16), out, device=student.device)
+    check_tensor("weights", torch.empty(3, 4, 5, 5), w, device=student.device)
 
 
-@CHECKS.check("manual_multihead", "values")
-def mh_values(s, g):
+@pytest.mark.item("manual_multihead", "values")
+def test_mh_values(student, rng):
     for E, H, B, S, bias in [(16, 4, 3, 5, True), (24, 3, 2, 7, False), (8, 1, 1, 4, True), (32, 8, 2, 6, True)]:
         label = f"E {E}, {H} heads, x ({B}, {S}, {E}), bias={bias}"
-        s.case(label)
-        mha, remote = fresh_mha(g, E, H, bias)
-        x = randn(g, B, S, E)
-        out, w = check_tuple("manual_multihead", 2, s.call("manual_multihead", x, remote))
+        student.case(label)
+        mha, remote = fresh_mha(rng, E, H, bias)
+        x = randn(rng, B, S, E)
+        out, w = check_tuple("manual_multihead", 2, student.call("manual_multihead", x, remote))
         with torch.no_grad():
             ref_out, ref_w = mha(x, x, x, average_attn_weights=False)
             bad_out, bad_w = unscaled_mha(mha)(x, x, x, average_attn_weights=False)
-        check_close("out", ref_out, out, atol=tol(s, x.dtype), oracle="nn.MultiheadAttention",
+        check_close("out", ref_out, out, atol=tol(student, x.dtype), oracle="nn.MultiheadAttention",
                     dims=("batch", "position", "col"), case=label, mistakes={SCALE_MISSING: bad_out})
-        check_close("weights", ref_w, w, atol=tol(s, x.dtype), oracle="nn.MultiheadAttention's weights",
+        check_close("weights", ref_w, w, atol=tol(student, x.dtype), oracle="nn.MultiheadAttention's weights",
                     dims=HEAD_DIMS[:3] + ("key",), case=label, mistakes={SCALE_MISSING: bad_w})
 
 
@@ -136,35 +126,35 @@ def pe_table(max_len, d):
     return torch.where(i % 2 == 0, torch.sin(angle), torch.cos(angle))
 
 
-@CHECKS.check("PositionalEncoding", "shapes")
-def pe_shapes(s, g):
-    s.case("PositionalEncoding(16, max_len=50)")
-    pe = s.new("PositionalEncoding", 16, max_len=50)
-    table = s.attr(pe, "pe")
-    check_tensor("pe", torch.empty(1, 50, 16), table, dtype=False, device=s.device)
-    x = randn(g, 4, 9, 16)
-    check_tensor("forward(x)", x, s.method(pe, "forward", x), device=s.device)
+@pytest.mark.item("PositionalEncoding", "shapes")
+def test_pe_shapes(student, rng):
+    student.case("PositionalEncoding(16, max_len=50)")
+    pe = student.new("PositionalEncoding", 16, max_len=50)
+    table = student.attr(pe, "pe")
+    check_tensor("pe", torch.empty(1, 50, 16), table, dtype=False, device=student.device)
+    x = randn(rng, 4, 9, 16)
+    check_tensor("forward(x)", x, student.method(pe, "forward", x), device=student.device)
 
 
-@CHECKS.check("PositionalEncoding", "values")
-def pe_values(s, g):
+@pytest.mark.item("PositionalEncoding", "values")
+def test_pe_values(student, rng):
     for d, max_len, S in [(16, 50, 9), (32, 512, 61), (6, 20, 20)]:
         label = f"PositionalEncoding({d}, max_len={max_len}), x (2, {S}, {d})"
-        s.case(label)
-        pe = s.new("PositionalEncoding", d, max_len=max_len)
-        table = s.attr(pe, "pe")
+        student.case(label)
+        pe = student.new("PositionalEncoding", d, max_len=max_len)
+        table = student.attr(pe, "pe")
         check_close("pe", pe_table(max_len, d)[None], table, atol=1e-4, oracle="sin/cos formula (float64)",
                     dims=("", "position", "column"), case=label)
-        x = randn(g, 2, S, d)
-        check_close("forward(x)", x + pe_table(max_len, d)[None, :S].float(), s.method(pe, "forward", x), atol=1e-4,
+        x = randn(rng, 2, S, d)
+        check_close("forward(x)", x + pe_table(max_len, d)[None, :S].float(), student.method(pe, "forward", x), atol=1e-4,
                     oracle="x + PE[:S]", dims=("batch", "position", "column"), case=label)
 
 
-@CHECKS.check("PositionalEncoding", "properties")
-def pe_properties(s, g):
-    s.case("PositionalEncoding(16)")
-    pe = s.new("PositionalEncoding", 16)
-    buffers, params = s.attr(pe, "_buffers"), s.attr(pe, "_parameters")
+@pytest.mark.item("PositionalEncoding", "properties")
+def test_pe_properties(student, rng):
+    student.case("PositionalEncoding(16)")
+    pe = student.new("PositionalEncoding", 16)
+    buffers, params = student.attr(pe, "_buffers"), student.attr(pe, "_parameters")
     check_true(isinstance(buffers, dict) and "pe" in buffers,
                "'pe' is not a registered buffer (use self.register_buffer('pe', ...)), so it would not move "
                "with .to(device) or be saved with the model")
@@ -200,87 +190,87 @@ def oracle_layer(state, d, h, ff):
     return layer.eval()
 
 
-@CHECKS.check("EncoderBlock", "shapes")
-def block_shapes(s, g):
-    s.case("EncoderBlock(32, 4)")
-    block = s.new("EncoderBlock", 32, 4)
+@pytest.mark.item("EncoderBlock", "shapes")
+def test_block_shapes(student, rng):
+    student.case("EncoderBlock(32, 4)")
+    block = student.new("EncoderBlock", 32, 4)
     for attr, kind in [("attn", "MultiheadAttention"), ("norm1", "LayerNorm"), ("norm2", "LayerNorm"),
                        ("dropout", "Dropout")]:
-        got = s.attr(block, attr)
+        got = student.attr(block, attr)
         check_true(isinstance(got, Remote) and got.type_name == kind,
                    f"EncoderBlock.{attr} is {got!r}, expected an nn.{kind}")
-    n = sum(t.numel() for t in s.state(block).values())
+    n = sum(t.numel() for t in student.state(block).values())
     check_true(n == 12704, f"EncoderBlock(32, 4) has {n} parameters, expected 12,704")
-    s.method(block, "eval")
-    x = randn(g, 2, 7, 32)
-    y, w = check_tuple("EncoderBlock.forward", 2, s.method(block, "forward", x, need_weights=True))
-    check_tensor("y", x, y, device=s.device)
-    check_tensor("weights", torch.empty(2, 4, 7, 7), w, device=s.device)
-    _, none = s.method(block, "forward", x)
+    student.method(block, "eval")
+    x = randn(rng, 2, 7, 32)
+    y, w = check_tuple("EncoderBlock.forward", 2, student.method(block, "forward", x, need_weights=True))
+    check_tensor("y", x, y, device=student.device)
+    check_tensor("weights", torch.empty(2, 4, 7, 7), w, device=student.device)
+    _, none = student.method(block, "forward", x)
     check_true(none is None, f"forward(x) without need_weights returned {none!r} as weights, expected None")
 
 
-@CHECKS.check("EncoderBlock", "values")
-def block_values(s, g):
+@pytest.mark.item("EncoderBlock", "values")
+def test_block_values(student, rng):
     for d, h, ff, B, S in [(32, 4, None, 2, 7), (16, 2, 24, 3, 5)]:
         label = f"EncoderBlock({d}, {h}, ff_dim={ff}, dropout=0), x ({B}, {S}, {d})"
-        s.case(label)
-        block = s.new("EncoderBlock", d, h, ff_dim=ff, dropout=0.0)
-        state = s.state(block)
+        student.case(label)
+        block = student.new("EncoderBlock", d, h, ff_dim=ff, dropout=0.0)
+        state = student.state(block)
         with torch.no_grad():  # non-trivial LayerNorm affine parameters, so swapped norms show
             for k, v in state.items():
-                v.add_(0.1 * torch.randn(v.shape, generator=g))
-        s.load_state(block, list(state.values()))
+                v.add_(0.1 * torch.randn(v.shape, generator=rng))
+        student.load_state(block, list(state.values()))
         layer = oracle_layer(state, d, h, ff or 4 * d)
-        x = randn(g, B, S, d)
-        y, w = check_tuple("EncoderBlock.forward", 2, s.method(block, "forward", x, need_weights=True))
+        x = randn(rng, B, S, d)
+        y, w = check_tuple("EncoderBlock.forward", 2, student.method(block, "forward", x, need_weights=True))
         with torch.no_grad():
             expected = layer(x)
             hx = layer.norm1(x)
             _, ref_w = layer.self_attn(hx, hx, hx, average_attn_weights=False)
-        check_close("y", expected, y, atol=tol(s, x.dtype) * 10, oracle="nn.TransformerEncoderLayer(norm_first=True)",
+        check_close("y", expected, y, atol=tol(student, x.dtype) * 10, oracle="nn.TransformerEncoderLayer(norm_first=True)",
                     dims=("batch", "position", "col"), case=label)
-        check_close("weights", ref_w, w, atol=tol(s, x.dtype) * 10, oracle="the attention weights of LN1(x)",
+        check_close("weights", ref_w, w, atol=tol(student, x.dtype) * 10, oracle="the attention weights of LN1(x)",
                     dims=HEAD_DIMS[:3] + ("key",), case=label)
 
 
-@CHECKS.check("EncoderBlock", "properties")
-def block_properties(s, g):
-    s.case("EncoderBlock(24, 3) with default ff_dim")
-    state = s.state(s.new("EncoderBlock", 24, 3))
+@pytest.mark.item("EncoderBlock", "properties")
+def test_block_properties(student, rng):
+    student.case("EncoderBlock(24, 3) with default ff_dim")
+    state = student.state(student.new("EncoderBlock", 24, 3))
     widths = [tuple(v.shape) for k, v in state.items() if k.startswith("ff.") and v.dim() == 2]
     check_true(widths[:1] == [(96, 24)], f"ff's first layer has weight shape {widths[:1]}, expected (96, 24): "
                                          f"ff_dim defaults to 4 * d_model")
-    s.case("EncoderBlock(16, 2, dropout=0.5) in train mode")
-    block = s.new("EncoderBlock", 16, 2, dropout=0.5)
-    x = randn(g, 2, 5, 16)
-    y1, _ = s.method(block, "forward", x)
-    s.seed += 1
-    y2, _ = s.method(block, "forward", x)
+    student.case("EncoderBlock(16, 2, dropout=0.5) in train mode")
+    block = student.new("EncoderBlock", 16, 2, dropout=0.5)
+    x = randn(rng, 2, 5, 16)
+    y1, _ = student.method(block, "forward", x)
+    student.seed += 1
+    y2, _ = student.method(block, "forward", x)
     check_true(not torch.allclose(y1, y2), "with dropout 0.5 in train mode two forward passes gave the same output: "
                                            "is dropout applied?")
-    s.method(block, "eval")
-    y3, _ = s.method(block, "forward", x)
-    s.seed += 1
-    y4, _ = s.method(block, "forward", x)
+    student.method(block, "eval")
+    y3, _ = student.method(block, "forward", x)
+    student.seed += 1
+    y4, _ = student.method(block, "forward", x)
     check_close("eval-mode output, second pass", y3, y4, atol=1e-6, case="dropout must be off in eval mode")
 
 
 # --- make_memory_dataset --------------------------------------------------------------------------
 
-@CHECKS.check("make_memory_dataset", "shapes")
-def memory_shapes(s, g):
-    s.case("make_memory_dataset(50, 12, seed=3)")
-    X, y = check_tuple("make_memory_dataset", 2, s.call("make_memory_dataset", 50, 12, seed=3))
+@pytest.mark.item("make_memory_dataset", "shapes")
+def test_memory_shapes(student, rng):
+    student.case("make_memory_dataset(50, 12, seed=3)")
+    X, y = check_tuple("make_memory_dataset", 2, student.call("make_memory_dataset", 50, 12, seed=3))
     check_tensor("X", torch.empty(50, 12, 1), X)
     check_tensor("y", torch.empty(50, 1), y)
 
 
-@CHECKS.check("make_memory_dataset", "properties")
-def memory_properties(s, g):
-    seed = int_seed(g) % 10000
-    s.case(f"make_memory_dataset(2000, 30, seed={seed})")
-    X, y = s.call("make_memory_dataset", 2000, 30, seed=seed)
+@pytest.mark.item("make_memory_dataset", "properties")
+def test_memory_properties(student, rng):
+    seed = int_seed(rng) % 10000
+    student.case(f"make_memory_dataset(2000, 30, seed={seed})")
+    X, y = student.call("make_memory_dataset", 2000, 30, seed=seed)
     marker = X[:, 0, 0]
     check_true(bool(((marker == 1) | (marker == -1)).all()), "X[:, 0, 0] must be the +-1 marker")
     check_true(torch.equal(y[:, 0].float(), (marker > 0).float()), "y must be 1 exactly where the marker is +1")
@@ -291,50 +281,43 @@ def memory_properties(s, g):
                f"uniform on [-1, 1] has 0 and 1/3")
     frac = y.float().mean().item()
     check_true(0.42 < frac < 0.58, f"{frac:.1%} of labels are 1; the two classes should be about equally likely")
-    X2, y2 = s.call("make_memory_dataset", 2000, 30, seed=seed)
+    X2, y2 = student.call("make_memory_dataset", 2000, 30, seed=seed)
     check_true(torch.equal(X, X2) and torch.equal(y, y2), "the same seed gave different data")
-    X3, _ = s.call("make_memory_dataset", 2000, 30, seed=seed + 1)
+    X3, _ = student.call("make_memory_dataset", 2000, 30, seed=seed + 1)
     check_true(not torch.equal(X, X3), "different seeds gave the same data")
 
 
 # --- TransformerClassifier ------------------------------------------------------------------------
 
-@CHECKS.check("TransformerClassifier", "shapes")
-def clf_shapes(s, g):
-    s.case("TransformerClassifier() with defaults")
-    model = s.new("TransformerClassifier")
-    n = sum(t.numel() for t in s.state(model).values() if t.dtype.is_floating_point) - 61 * 32  # PE is a buffer
+@pytest.mark.item("TransformerClassifier", "shapes")
+def test_clf_shapes(student, rng):
+    student.case("TransformerClassifier() with defaults")
+    model = student.new("TransformerClassifier")
+    n = sum(t.numel() for t in student.state(model).values() if t.dtype.is_floating_point) - 61 * 32  # PE is a buffer
     check_true(n == 25601, f"TransformerClassifier() has {n} parameters, expected 25,601")
-    s.method(model, "eval")
-    x = randn(g, 3, 60, 1)
-    logits, attns = check_tuple("forward(x, return_attn=True)", 2, s.method(model, "forward", x, return_attn=True))
-    check_tensor("logits", torch.empty(3, 1), logits, device=s.device)
+    student.method(model, "eval")
+    x = randn(rng, 3, 60, 1)
+    logits, attns = check_tuple("forward(x, return_attn=True)", 2, student.method(model, "forward", x, return_attn=True))
+    check_tensor("logits", torch.empty(3, 1), logits, device=student.device)
     check_true(isinstance(attns, list) and len(attns) == 2, f"return_attn gave {type(attns).__name__} of "
                f"{len(attns) if isinstance(attns, (list, tuple)) else '?'} items, expected a list of 2 (one per layer)")
     for k, a in enumerate(attns):
         check_tensor(f"attention of layer {k}", torch.empty(3, 4, 61, 61), a)
-    check_tensor("forward(x)", torch.empty(3, 1), s.method(model, "forward", x))
+    check_tensor("forward(x)", torch.empty(3, 1), student.method(model, "forward", x))
 
 
-@CHECKS.check("TransformerClassifier", "values")
-def clf_values(s, g):
+@pytest.mark.item("TransformerClassifier", "values")
+def test_clf_values(student, rng):
     for kwargs, S in [({}, 60), ({"d_model": 16, "num_heads": 2, "num_layers": 3, "max_len": 21}, 20)]:
         label = f"TransformerClassifier({', '.join(f'{k}={v}' for k, v in kwargs.items())}), dropout 0, x (4, {S}, 1)"
-        s.case(label)
-        model = s.new("TransformerClassifier", dropout=0.0, **kwargs)
-        s.method(model, "eval")
+        student.case(label)
+        model = student.new("TransformerClassifier", dropout=0.0, **kwargs)
+        student.method(model, "eval")
         reference = ref.TransformerClassifier(dropout=0.0, **kwargs).eval()
-        state = s.state(model)
-        targets = list(reference.state_dict().values())
-        got_shapes = [tuple(v.shape) for v in state.values()]
-        if got_shapes != [tuple(t.shape) for t in targets]:
-            raise Fail(f"the model's parameters have shapes {got_shapes[:6]}..., expected "
-                       f"{[tuple(t.shape) for t in targets][:6]}... (input_proj, cls_token, pos_enc, blocks, norm, head)")
-        with torch.no_grad():
-            for t, v in zip(targets, state.values()):
-                t.copy_(v)
-        x = randn(g, 4, S, 1)
+        copy_state("the model", student.state(model).values(), reference,
+                   "input_proj, cls_token, pos_enc, blocks, norm, head")
+        x = randn(rng, 4, S, 1)
         with torch.no_grad():
             expected = reference(x)
-        check_close("logits", expected, s.method(model, "forward", x), atol=1e-4, oracle="the reference model",
+        check_close("logits", expected, student.method(model, "forward", x), atol=1e-4, oracle="the reference model",
                     dims=("batch", ""), case=label)

@@ -1,0 +1,40 @@
+"""Grade one notebook: one pytest session over the assignment's hidden suite, run in this process.
+
+`course grade`, nbgrader's preprocessor and the Otter plugin all come here; a TA gets the same session from
+`python -m pytest autograder/suites/test_<id>.py --submission NB`. In-process because a session costs
+milliseconds here and a fresh interpreter seconds (importing torch); pytest is not thread-safe, so batches
+run their sessions in worker processes (autograder/batch.py).
+"""
+import pytest
+
+from autograder.pytest_plugin import GRADER_FAILED, Grading, Settings, suite_path
+
+# The session's own terminal, cache and timeouts stay off: the caller reports, results are not reused between
+# runs, and pytest-timeout's SIGALRM would fight an outer pytest's (the project's tests grade from inside one).
+IN_PROCESS = ["-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:timeout", "-p", "no:randomly",
+              "-s", "-o", "addopts=", "-W", "ignore::pytest.PytestConfigWarning"]
+
+
+class GraderError(Exception):
+    """The grader itself could not grade (not the submission's doing): report it, score nothing, rerun."""
+
+
+def grade_notebook(path, aid, items=None, device="auto", log=None, experiments=True, limits=None, threads=None):
+    """results.json for one notebook (a dict), never raising for anything the submission did.
+
+    Raises GraderError when the grader's own machinery fails (the sandbox cannot start, a suite breaks), so
+    that no one is given a zero for it, and KeyboardInterrupt when the session was interrupted.
+
+    `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
+    student's process's CPU threads (set when several submissions are graded at once).
+    """
+    grading = Grading(Settings(path, aid, device, items, experiments, limits, threads, log))
+    code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading])
+    if grading.grader_error or code == GRADER_FAILED:
+        raise GraderError(grading.grader_error or "the grading session failed")
+    if code == pytest.ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
+    if grading.results is None:
+        raise GraderError(f"the grading session ended ({pytest.ExitCode(code).name if code in iter(pytest.ExitCode) else code}) "
+                          f"without results")
+    return grading.results

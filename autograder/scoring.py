@@ -1,0 +1,88 @@
+"""Scoring: each check's outcome, the rules that act on a whole item, and results.json.
+
+The rules, in the order they apply to an item:
+1. a check passes or fails on its own, with the checker's message (and the case it failed on);
+2. a from-scratch item whose cell names its oracle, or whose code called it while checked, scores 0 on every
+   check and experiment, with that one reason;
+3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
+"""
+import hashlib
+import platform
+from pathlib import Path
+
+import torch
+
+import autograder
+from autograder.notebook import names_used
+
+NOT_IMPLEMENTED = "NotImplementedError"
+
+
+def seed_for(*parts):
+    """A check's input seed: fresh per course seed, item and check, the same every run."""
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:4], "big")
+
+
+class Outcome:
+    """One (item, kind)'s result in the shape results.json wants; every test scoring it must pass for its points."""
+
+    def __init__(self, item, kind, max_score):
+        self.item, self.kind, self.max_score = item, kind, float(max_score)
+        self.score, self.output, self.seconds = 0.0, "", 0.0
+        self.not_implemented = False
+        self.extra = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
+        self.failed = False   # one of its tests failed (a kind may have several: parametrized checks)
+
+    def add(self, passed, output, seconds, case=""):
+        """Fold in one test's result: the first failure's message and case are the ones shown."""
+        self.seconds += seconds
+        if passed and not self.failed:
+            self.score, self.output = self.max_score, self.output or output
+        elif not passed and not self.failed:
+            self.failed, self.score, self.output = True, 0.0, output
+            if case:
+                self.extra["case"] = case
+
+    def as_test(self):
+        test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
+                "max_score": self.max_score, "status": "passed" if self.score >= self.max_score else "failed",
+                "output": self.output, "visibility": "visible", "seconds": round(self.seconds, 3)}
+        if self.extra:
+            test["extra_data"] = self.extra
+        return test
+
+
+def scratch_violation(spec, source):
+    """The oracle name a from-scratch item's cell mentions in code (comments and strings don't count)."""
+    if not spec.from_scratch or source is None:
+        return ""
+    names = names_used(source) or set()
+    return next((oracle for oracle in spec.from_scratch if oracle in names), "")
+
+
+def zero_reason(item, oracle_used, not_implemented):
+    """Why every check of the item scores 0 (rules 2 and 3), or ''."""
+    if oracle_used:
+        # a from-scratch item that calls its oracle has shown nothing of its own, whatever else passed or failed
+        return (f"'{item}' uses {oracle_used}; this item is written from scratch, so the PyTorch oracle it is "
+                f"compared with may not be called (the whole item scores 0)")
+    if not_implemented:
+        return f"'{item}' is not implemented yet (it raises NotImplementedError)"
+    return ""
+
+
+def results_json(outcomes, aid, notebook, device, seed, output, isolation, restarts, seconds, notes):
+    """results.json (Gradescope's format, which nbgrader's and Otter's paths read too) as a dict."""
+    tests = [o.as_test() for o in outcomes]
+    return {
+        "score": round(sum(t["score"] for t in tests), 4),
+        "max_score": sum(t["max_score"] for t in tests),
+        "output": output,
+        "visibility": "visible",
+        "tests": tests,
+        "extra_data": {"assignment": aid, "notebook": Path(notebook).name, "device": device, "seed": seed,
+                       "isolation": isolation or "none", "restarts": restarts, "seconds": round(seconds, 2),
+                       "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                                    "autograder": getattr(autograder, "__version__", "0.1.0")},
+                       "notes": notes},
+    }

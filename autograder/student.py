@@ -1,0 +1,95 @@
+"""The student's namespace seen from the grader: every call crosses into the sandbox and comes back as data.
+
+A suite gets one `student` per test (the `student` fixture): bound to the item the test scores, its seed and
+the item's deadline, over the one sandbox of the grading session.
+"""
+import time
+
+from autograder.checks import Fail
+from autograder.sandbox import Remote, SandboxFailure, encode
+
+
+class Student:
+    """The student's namespace, seen from the grader: every call crosses into the sandbox."""
+
+    def __init__(self, sandbox, item, device, deadline, watch=(), limit_s=None):
+        self.sandbox, self.item, self.device = sandbox, item, device
+        self.deadline, self.watch, self.label = deadline, list(watch), ""
+        self.limit_s = limit_s  # the item's whole time limit, which a timeout names
+        self.oracle_calls = set()
+        self.seed = 0
+
+    def case(self, label):
+        """Name the case being checked; failure messages end with it."""
+        self.label = label
+
+    def _left(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxFailure("timeout", "ran out of its time limit")
+        return left
+
+    def _ask(self, op, fields, args=(), kwargs=None, raw=False):
+        tensors = {}
+        fields = dict(fields)
+        if args or kwargs:
+            fields["args"] = encode(list(args), tensors, self.device)["list"]
+            fields["kwargs"] = encode(dict(kwargs or {}), tensors, self.device)["dict"]
+        answer = self.sandbox.request(op, self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed, **fields)
+        self.oracle_calls.update(answer.get("oracle_calls", []))
+        return answer if raw else self.sandbox.value(answer)
+
+    def _target(self, target):
+        return {"handle": target.handle} if isinstance(target, Remote) else {"name": target}
+
+    def call(self, name, *args, **kwargs):
+        """name(*args, **kwargs) in the student's process; tensors are sent to self.device."""
+        return self._ask("call", {**self._target(name), "watch": self.watch}, args, kwargs)
+
+    def method(self, obj, method, *args, **kwargs):
+        return self._ask("call", {"handle": obj.handle, "method": method, "watch": self.watch}, args, kwargs)
+
+    def grad(self, name, args, wrt, upstream, method=None, **kwargs):
+        """(outputs, grads of sum <out_i, upstream_i> w.r.t. args[j] for j in wrt)."""
+        tensors = {}
+        enc_args = encode(list(args), tensors, self.device)["list"]
+        for j in wrt:
+            enc_args[j]["grad"] = True
+        ups = []
+        for k, u in enumerate(upstream):
+            if u is None:
+                ups.append(None)
+            else:
+                tensors[f"u{k}"] = u
+                ups.append(f"u{k}")
+        fields = {"args": enc_args, "kwargs": encode(dict(kwargs), tensors, self.device)["dict"],
+                  "grad": {"wrt": list(wrt), "upstream": ups}, "watch": self.watch}
+        fields.update({"handle": name.handle, "method": method} if isinstance(name, Remote) else {"name": name})
+        answer = self.sandbox.request("call", self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed,
+                                      **fields)
+        self.oracle_calls.update(answer.get("oracle_calls", []))
+        return self.sandbox.value(answer)
+
+    def new(self, name, *args, **kwargs):
+        """An instance of the student's class, built with the grader's seed on self.device."""
+        obj = self._ask("new", {"name": name, "device": self.device}, args, kwargs)
+        if not isinstance(obj, Remote):
+            raise Fail(f"'{name}(...)' gave {obj!r}, expected a torch.nn.Module")
+        return obj
+
+    def state(self, obj):
+        """The module's state_dict() as a dict name -> tensor, in registration order."""
+        answer = self._ask("state", {"handle": obj.handle}, raw=True)
+        return dict(zip(answer.get("names", []), self.sandbox.value(answer)))
+
+    def load_state(self, obj, tensors):
+        """Copy tensors into the module's state_dict() entries, by order and shape."""
+        named = {f"p{k}": t for k, t in enumerate(tensors)}
+        self.sandbox.request("load_state", self._left(), tensors=named, limit_s=self.limit_s, handle=obj.handle,
+                             keys=list(named))
+
+    def attr(self, target, attr):
+        return self._ask("attr", {**self._target(target), "attr": attr})
+
+    def signature(self, name, methods=()):
+        return self._ask("signature", {"name": name, "methods": list(methods)})
