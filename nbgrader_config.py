@@ -33,7 +33,7 @@ c.GenerateAssignment.preprocessors = [IncludeHeaderFooter, InstantiateTests, Loc
                                       CheckCellMetadata, ClearHiddenTests, ClearMarkScheme, ComputeChecksums,
                                       SaveCells, CheckCellMetadata]
 
-# Autograde: the isolated engine scores the test cells instead of running the notebook in a kernel
+# Autograde: the isolated grader (one pytest session per notebook) scores the test cells instead of running the notebook in a kernel
 # (student code never runs in nbgrader's process, and a test cell's printed text cannot forge a score).
 c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]

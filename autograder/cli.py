@@ -1,4 +1,4 @@
-"""The `course` command: one verb per job over the shared engine (grade, report, solve, sync, release, export,
+"""The `course` command: one verb per job over the shared core (grade, report, solve, sync, release, export,
 experiments, demo)."""
 import argparse
 import contextlib

@@ -9,9 +9,10 @@ import pytest
 
 from autograder.pytest_plugin import GRADER_FAILED, Grading, Settings, suite_path
 
-# The session's own terminal, cache and timeouts stay off: the caller reports, results are not reused between
+# The plugin by name (a course copy on PYTHONPATH has no entry point); the session's own terminal, cache and
+# timeouts stay off: the caller reports, results are not reused between
 # runs, and pytest-timeout's SIGALRM would fight an outer pytest's (the project's tests grade from inside one).
-IN_PROCESS = ["-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:timeout", "-p", "no:randomly",
+IN_PROCESS = ["-p", "autograder.pytest_plugin", "-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:timeout", "-p", "no:randomly",
               "-s", "-o", "addopts=", "-W", "ignore::pytest.PytestConfigWarning"]
 
 

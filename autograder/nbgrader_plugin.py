@@ -25,7 +25,7 @@ RESULTS_KEY = "course_results"
 
 
 class TrustedGrade(NbGraderPreprocessor):
-    """Grade the (sanitised) submission with the isolated engine; write each item's score and messages."""
+    """Grade the (sanitised) submission with the isolated grader; write each item's score and messages."""
 
     device = Unicode("auto", help="auto, cpu or cuda").tag(config=True)
 

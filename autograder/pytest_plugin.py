@@ -386,6 +386,10 @@ class Grading:
         outcome.add(e is None, output, call.duration, case=label if e is not None else "")
         return output
 
+    def pytest_internalerror(self, excrepr, excinfo):
+        # a bug of this plugin (or of pytest): the TA needs the traceback, the student gets no score from it
+        self.grader_error = f"the grading session broke: {excinfo.typename}: {excinfo.value}\n{excrepr}"
+
     def fail_session(self, test, call):
         self.grader_error = f"the grader failed in {test.nodeid}: {call.excinfo.typename}: {call.excinfo.value}"
         test.session.shouldstop = self.grader_error

@@ -343,7 +343,7 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
         assert re.search(message, text), text
     if note:
         assert re.search(note, result["output"]), result["output"]
-    for secret in ("### BEGIN", "CHECKS.check", "import solutions", "def sdpa_values"):
+    for secret in ("### BEGIN", "pytest.mark.item", "import solutions", "def test_sdpa_values", "reference(\"lab14"):
         assert secret not in text and secret not in result["output"]
     assert all(len(t["output"]) < 2000 for t in result["tests"]), "feedback must stay short"
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", json.dumps(result, ensure_ascii=False)

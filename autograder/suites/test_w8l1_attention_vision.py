@@ -500,7 +500,8 @@ def test_gru_values(student, rng):
         H, h_T = check_tuple("GRUEncoder.forward", 2, student.method(enc, "forward", *args))
         check_tensor("H", torch.empty(B, T, d), H, dtype=False)
         check_tensor("h_T", torch.empty(B, d), h_T, dtype=False)
-        atol = loose(student, torch.float32) / 10
+        # CPU: 1e-5. CUDA: cuDNN's GRU differs from the CPU oracle by up to 3.5e-4 on the reference (H200), so 2e-3
+        atol = 1e-5 if student.device == "cpu" else 2e-3
         for i in range(B):
             L = int(lengths[i])
             with torch.no_grad():

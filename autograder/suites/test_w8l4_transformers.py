@@ -445,25 +445,9 @@ def test_ff_values(student, rng):
 
 # --- EncoderLayer ----------------------------------------------------------------------------------
 
-def full_state(student, remote):
-    """s.state(remote), read child by child when the module has more tensors than one reply carries (64)."""
-    state = student.state(remote)
-    if len(state) < 64:
-        return state
-    out = {}
-    for table in ("_parameters", "_buffers"):
-        own = student.attr(remote, table)
-        out.update({k: v for k, v in (own.items() if isinstance(own, dict) else []) if isinstance(v, torch.Tensor)})
-    children = student.attr(remote, "_modules")
-    for name, child in (children.items() if isinstance(children, dict) else []):
-        if isinstance(child, Remote):
-            out.update({f"{name}.{k}": v for k, v in full_state(student, child).items()})
-    return out
-
-
 def perturbed(student, remote, rng, scale=0.1, skip=()):
     """The module's state with noise added (non-trivial LayerNorms), loaded back in the same order."""
-    state = full_state(student, remote)
+    state = student.state(remote)
     with torch.no_grad():
         for k, v in state.items():
             if v.is_floating_point() and k not in skip:
@@ -743,7 +727,7 @@ def test_tr_shapes(student, rng):
                                                  f"expected 1.0")
     reference = ref.Transformer(VOCAB, d_model=32, h=4, d_ff=48, n_enc=1, n_dec=2)
     buffers = top_buffers(student, model)
-    n = sum(v.numel() for k, v in full_state(student, model).items() if k not in buffers)
+    n = sum(v.numel() for k, v in student.state(model).items() if k not in buffers)
     want = sum(p.numel() for p in reference.parameters())
     check_true(n == want, f"the model has {n:,} trainable weights, expected {want:,} (the PE table is not trained)")
     src, tgt_in = torch.randint(0, VOCAB, (2, 5), generator=rng), torch.randint(0, VOCAB, (2, 4), generator=rng)

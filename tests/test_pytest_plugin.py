@@ -1,0 +1,96 @@
+"""A hidden suite is a pytest suite: the TA's pytest command and `course grade` give the same results, pytest's
+own options work on it, and a broken suite fails the session instead of scoring anyone."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autograder.config import ROOT
+from autograder.examples import write_examples
+from autograder.pytest_plugin import GRADER_FAILED, suite_path
+
+pytestmark = pytest.mark.grading
+AID = "lab14_transformers"
+SUITE = str(suite_path(AID).relative_to(ROOT))
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    return dict(write_examples(AID, tmp_path_factory.mktemp("examples")))
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def without_timings(result):
+    result = json.loads(json.dumps(result))
+    result["extra_data"].pop("seconds")
+    for test in result["tests"]:
+        test.pop("seconds")
+    return result
+
+
+@pytest.mark.parametrize("example", ["complete", "empty", "partly_right"])
+def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp_path, example):
+    by_pytest, by_course = tmp_path / "pytest.json", tmp_path / "course.json"
+    session = run("-m", "pytest", SUITE, "--submission", str(examples[example]), "--device", "cpu",
+                  "--results-json", str(by_pytest), "-p", "no:cacheprovider", "-v", "-o", "addopts=")
+    assert session.returncode == (0 if example == "complete" else 1), session.stdout[-3000:]
+    graded = run("-m", "autograder.cli", "grade", str(examples[example]), "-a", AID, "--device", "cpu",
+                 "--json", str(by_course))
+    assert graded.returncode == 0, graded.stderr[-3000:]
+    ours, theirs = json.loads(by_pytest.read_text()), json.loads(by_course.read_text())
+    assert without_timings(ours) == without_timings(theirs)
+    assert f"{AID}: {ours['score']:g} / {ours['max_score']:g} points" in session.stdout
+    # one line per check: every check of course.yaml is a test, the experiment included
+    lines = [line for line in session.stdout.splitlines() if line.startswith(SUITE + "::")]
+    assert len(lines) == len(ours["tests"]) == 22, session.stdout[-3000:]
+
+
+def test_pytest_options_select_stop_and_report(examples, tmp_path):
+    out, junit = tmp_path / "r.json", tmp_path / "junit.xml"
+    session = run("-m", "pytest", SUITE, "--submission", str(examples["partly_right"]), "--device", "cpu",
+                  "--no-experiments", "-k", "PositionalEncoding", "--results-json", str(out), "--junitxml",
+                  str(junit), "-v", "-o", "addopts=", "-p", "no:cacheprovider")
+    result = json.loads(out.read_text())
+    assert {t["item"] for t in result["tests"]} == {"PositionalEncoding"}, result["tests"]
+    assert [t["name"].split(": ")[1] for t in result["tests"]] == ["exists", "shapes", "values", "properties"]
+    assert session.stdout.count("PASSED") + session.stdout.count("FAILED") == 4, session.stdout[-3000:]
+    assert 'tests="4"' in junit.read_text()
+
+    stop = run("-m", "pytest", SUITE, "--submission", str(examples["empty"]), "--device", "cpu",
+               "--no-experiments", "-x", "-p", "no:cacheprovider")
+    assert stop.returncode == 1 and "stopping after 1 failures" in stop.stdout, stop.stdout[-3000:]
+
+
+def test_failure_messages_are_the_checkers_never_the_suites_source(examples, tmp_path):
+    out = tmp_path / "r.json"
+    session = run("-m", "pytest", SUITE, "--submission", str(examples["partly_right"]), "--device", "cpu",
+                  "--no-experiments", "--results-json", str(out), "-p", "no:cacheprovider")
+    failures = session.stdout.split("= FAILURES =")[1].split("short test summary")[0]
+    assert "max |" in failures  # a checker's message, with the numbers
+    for leak in ("def test_", "check_close(", "Traceback", "assert ", str(ROOT)):
+        assert leak not in failures, leak
+    for test in json.loads(out.read_text())["tests"]:
+        assert str(ROOT) not in test["output"] and "Traceback" not in test["output"], test
+
+
+def test_a_suite_that_breaks_fails_the_session_and_scores_nobody(examples, tmp_path):
+    broken = tmp_path / "test_broken_suite.py"
+    broken.write_text("import pytest\n\n\n@pytest.mark.item('scaled_dot_product_attention', 'shapes')\n"
+                      "def test_shapes(student, rng):\n    undefined_helper(student)\n")
+    out = tmp_path / "r.json"
+    session = run("-m", "pytest", str(broken), "--submission", str(examples["complete"]), "--assignment", AID,
+                  "--device", "cpu", "--no-experiments", "--results-json", str(out), "-p", "no:cacheprovider",
+                  cwd=tmp_path)
+    assert session.returncode == GRADER_FAILED, session.stdout[-3000:]
+    assert "grader failure: nothing was scored" in session.stdout and "NameError" in session.stdout
+    assert not out.exists()
+
+
+def test_a_suite_needs_a_submission(tmp_path):
+    session = run("-m", "pytest", SUITE, "-p", "no:cacheprovider")
+    assert session.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--submission NOTEBOOK" in session.stderr
