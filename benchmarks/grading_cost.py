@@ -19,12 +19,12 @@ import nbformat
 import torch
 
 from autograder.config import CHECK_ORDER, load_course
-from autograder.pytest_plugin import suite_checks
-from autograder.scoring import seed_for
-from autograder.state import assign_state
 from autograder.examples import release_notebook, solved_sources, with_cells
 from autograder.experiments import reference_parts, run_reference
+from autograder.pytest_plugin import suite_checks
 from autograder.sandbox import Fresh, Remote, Seeded
+from autograder.scoring import seed_for
+from autograder.state import assign_state
 from lecture_loops import lecture_seconds
 
 

@@ -110,7 +110,7 @@ def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(
         config = json.loads(zf.read("otter_config.json"))
         for needed in ("run_autograder", "run_otter.py", "tests/", f"{COURSE_DIR}/course.yaml",
                        f"{COURSE_DIR}/pyproject.toml", f"{COURSE_DIR}/solutions/{AID}.py",
-                       f"{COURSE_DIR}/autograder/suites/{AID}.py", f"{COURSE_DIR}/autograder/harness/{AID}.py",
+                       f"{COURSE_DIR}/autograder/suites/test_{AID}.py", f"{COURSE_DIR}/autograder/pytest_plugin.py", f"{COURSE_DIR}/autograder/harness/{AID}.py",
                        f"{COURSE_DIR}/autograder/sandbox_child.py", f"{COURSE_DIR}/release/{AID}/{AID}.ipynb"):
             assert needed in names, needed
         assert any(n.startswith(f"{COURSE_DIR}/data/mnist/t10k-images") for n in names)
