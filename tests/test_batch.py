@@ -99,12 +99,11 @@ def test_scores_do_not_depend_on_order_workers_or_repetition(tmp_path):
     subs = find_submissions([make_batch(tmp_path / "subs", n=8)], AID)
     items = ITEMS.split(",")
     first = dict(grade_batch(subs, AID, items=items, device="cpu", workers=1))
-    for workers, order in ((2, subs[::-1]), (3, subs[1:] + subs[:1])):
-        again = dict(grade_batch(order, AID, items=items, device="cpu", workers=workers))
-        assert stable([again[n] for n, _ in subs]) == stable([first[n] for n, _ in subs])
+    again = dict(grade_batch(subs[::-1], AID, items=items, device="cpu", workers=2))  # worker processes, reversed
+    assert stable([again[n] for n, _ in subs]) == stable([first[n] for n, _ in subs])
     name, path = subs[0]
     from autograder.grade import grade_notebook
-    scores = {grade_notebook(path, AID, items=items, device="cpu")["score"] for _ in range(5)}
+    scores = {grade_notebook(path, AID, items=items, device="cpu")["score"] for _ in range(3)}
     assert scores == {first[name]["score"]}
 
 
