@@ -79,6 +79,10 @@ PLANTED = {
             "post_norm": ("h = self.norm1(x)\n", "h = x\n"),
             "relu_not_gelu": ("nn.GELU(),", "nn.ReLU(),"),
             "no_residual_on_ff": ("x = x + self.dropout(self.ff(self.norm2(x)))", "x = self.dropout(self.ff(self.norm2(x)))"),
+            # a default width the shapes and values cases also use; a dropout only train mode shows
+            "ff_dim_default_2x": ("ff_dim = ff_dim or 4 * d_model", "ff_dim = ff_dim or 2 * d_model"),
+            "dropout_argument_ignored": ("ff_dim = ff_dim or 4 * d_model  # the usual 4x expansion\n",
+                                         "ff_dim = ff_dim or 4 * d_model\n        dropout = 0.0\n"),
         },
         "right": {
             "no_ff_dropout": '''class EncoderBlock(nn.Module):
@@ -162,6 +166,8 @@ CATCHES = {
         "no_residual_on_ff": {"values"},
         "post_norm": {"values"},
         "relu_not_gelu": {"values"},
+        "ff_dim_default_2x": {"shapes", "values", "properties"},
+        "dropout_argument_ignored": {"properties"},
     },
     "make_memory_dataset": {
         "labels_inverted": {"properties"},
@@ -182,7 +188,6 @@ NOT_ISOLATED = {
     ("PositionalEncoding", "shapes"): SHAPES_TODO,
     ("PositionalEncoding", "values"): OVERLAP_TODO,
     ("EncoderBlock", "shapes"): SHAPES_TODO,
-    ("EncoderBlock", "properties"): OVERLAP_TODO,
     ("make_memory_dataset", "shapes"): SHAPES_TODO,
     ("TransformerClassifier", "shapes"): SHAPES_TODO,
 }
