@@ -36,6 +36,5 @@ def grade_notebook(path, aid, items=None, device="auto", log=None, experiments=T
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if grading.results is None:
-        raise GraderError(f"the grading session ended ({pytest.ExitCode(code).name if code in iter(pytest.ExitCode) else code}) "
-                          f"without results")
+        raise GraderError(f"the grading session ended ({getattr(code, 'name', code)}) without results")
     return grading.results
