@@ -193,3 +193,11 @@ def attention_oracle(Q, K, V, mask=None, blocked=False):
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     return out, scores.softmax(-1)
+
+
+def sinusoid_table(max_len, d):
+    """The positional-encoding table in float64, from the formula: PE[pos, j] = sin or cos(pos / 10000^((j - j % 2) / d))."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    j = torch.arange(d, dtype=torch.float64)[None, :]  # (1, d)
+    angle = pos / 10000 ** ((j - j % 2) / d)  # (max_len, d): columns 2i and 2i + 1 share a frequency
+    return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle))

@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 
 from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_tensor, check_true,
-                               check_tuple, copy_state, int_seed, randn, tol, unscaled, unscaled_mha)
+                               check_tuple, copy_state, int_seed, randn, sinusoid_table, tol, unscaled,
+                               unscaled_mha)
 from autograder.pytest_plugin import Fresh, Remote, reference
 
 ref = reference("lab14_transformers")
@@ -118,14 +119,6 @@ def test_mh_values(student, rng):
 
 # --- PositionalEncoding ---------------------------------------------------------------------------
 
-def pe_table(max_len, d):
-    """The sinusoid table in float64, straight from the formula."""
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    i = torch.arange(d, dtype=torch.float64)[None, :]
-    angle = pos / 10000 ** ((i - i % 2) / d)
-    return torch.where(i % 2 == 0, torch.sin(angle), torch.cos(angle))
-
-
 @pytest.mark.item("PositionalEncoding", "shapes")
 def test_pe_shapes(student, rng):
     student.case("PositionalEncoding(16, max_len=50)")
@@ -143,11 +136,11 @@ def test_pe_values(student, rng):
         student.case(label)
         pe = student.new("PositionalEncoding", d, max_len=max_len)
         table = student.attr(pe, "pe")
-        check_close("pe", pe_table(max_len, d)[None], table, atol=1e-4, oracle="sin/cos formula (float64)",
+        check_close("pe", sinusoid_table(max_len, d)[None], table, atol=1e-4, oracle="sin/cos formula (float64)",
                     dims=("", "position", "column"), case=label)
         x = randn(rng, 2, S, d)
-        check_close("forward(x)", x + pe_table(max_len, d)[None, :S].float(), student.method(pe, "forward", x), atol=1e-4,
-                    oracle="x + PE[:S]", dims=("batch", "position", "column"), case=label)
+        check_close("forward(x)", x + sinusoid_table(max_len, d)[None, :S].float(), student.method(pe, "forward", x),
+                    atol=1e-4, oracle="x + PE[:S]", dims=("batch", "position", "column"), case=label)
 
 
 @pytest.mark.item("PositionalEncoding", "properties")

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_number, check_tensor,
-                               check_true, check_tuple, randn, tol, unscaled, unscaled_mha)
+                               check_true, check_tuple, randn, sinusoid_table, tol, unscaled, unscaled_mha)
 from autograder.pytest_plugin import Opaque, Remote, Seeded, reference
 
 ref = reference("w8l4_transformers")
@@ -294,14 +294,6 @@ def test_mha_gradients(student, rng):
 
 # --- positional_encoding and offset_matrix ------------------------------------------------------------
 
-def pe_table(max_len, d):
-    """The sinusoid table in float64, straight from the formula: column j uses frequency 10000^-(j - j % 2)/d."""
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    j = torch.arange(d, dtype=torch.float64)[None, :]
-    angle = pos / 10000 ** ((j - j % 2) / d)
-    return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle))
-
-
 @pytest.mark.item("positional_encoding", "shapes")
 def test_pe_shapes(student, rng):
     """Even d_emb only, as in the lecture's code; the odd case is the properties check."""
@@ -320,7 +312,7 @@ def check_pe(student, max_len, d, dtype):
     got = student.call("positional_encoding", max_len, d, dtype=dtype)
     check_tensor("PE", torch.empty(max_len, d, dtype=dtype), got)
     atol = 1e-9 if dtype == torch.float64 else 3e-5
-    check_close("PE", pe_table(max_len, d), got, atol=atol, rtol=0, oracle="sin/cos formula in float64",
+    check_close("PE", sinusoid_table(max_len, d), got, atol=atol, rtol=0, oracle="sin/cos formula in float64",
                 dims=("position", "column"), case=student.label)
 
 
@@ -358,7 +350,7 @@ def test_offset_values(student, rng):
         M = student.call("offset_matrix", k, d)
         check_tensor("M_k", torch.empty(d, d, dtype=torch.float64), M)
         lo = max(0, -k)
-        P = pe_table(lo + 40 + max(k, 0), d)
+        P = sinusoid_table(lo + 40 + max(k, 0), d)
         pos = torch.arange(lo, lo + 40)
         check_close("M_k @ PE[pos]", P[pos + k], P[pos] @ M.T, atol=1e-9, rtol=0, oracle="PE[pos + k]",
                     dims=("position", "column"), case=label + ", positions " + f"{lo}..{lo + 39}, float64 formula")
