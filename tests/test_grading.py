@@ -52,9 +52,11 @@ def variant_source(aid, item, variant):
 
 
 def dependents(aid):
-    """item -> the items whose reference code uses it, directly or through others."""
+    """item -> the items whose reference code or checks use it, directly or through others."""
     items = list(COURSE.assignment(aid).items)
     uses = {i: (names_used(item_cell(aid, i, solved=True)) or set()) & set(items) - {i} for i in items}
+    for item, used in getattr(planted_module(aid), "CHECKED_WITH", {}).items():
+        uses[item] |= set(used)
     closure = {}
     for item in items:
         found, frontier = set(), {item}

@@ -34,8 +34,17 @@ def wait_until(condition, seconds):
     return condition()
 
 
-def scratch_folders():
-    return set(Path("/tmp").glob("course-sandbox-*"))
+def scratch_folders(uids):
+    """The sandbox scratch folders of these uids (each is chowned to its sandbox's uid): other graders running
+    at the same time, a parallel test run's included, have their own."""
+    found = set()
+    for folder in Path("/tmp").glob("course-sandbox-*"):
+        try:
+            if folder.stat().st_uid in uids:
+                found.add(folder)
+        except FileNotFoundError:  # removed while we looked
+            pass
+    return found
 
 
 def notebook(path, **bodies):
@@ -54,7 +63,6 @@ SPINS_WITH_A_CHILD = ("import os\n\ndef make_memory_dataset(n_samples, seq_len, 
 
 def test_nothing_of_the_sandbox_outlives_a_grader_killed_with_sigkill(tmp_path):
     path = notebook(tmp_path / "spinner" / f"{AID}.ipynb", **{MMD: SPINS_WITH_A_CHILD})
-    before = scratch_folders()
     grader = course_grade([str(path), "-a", AID, "--items", MMD, "--device", "cpu"])
     try:
         # the student's two spinning processes: the sandbox's and its child, both of a sandbox uid
@@ -68,7 +76,7 @@ def test_nothing_of_the_sandbox_outlives_a_grader_killed_with_sigkill(tmp_path):
         gone = wait_until(lambda: not (set(tree) & set(processes())), 20)
         left = {pid: uid for pid, (_, uid) in processes().items() if pid in tree or uid in uids}
         assert gone and not left, f"left running after the grader died: {left}"
-        assert wait_until(lambda: not (scratch_folders() - before), 10), "a scratch folder was left behind"
+        assert wait_until(lambda: not scratch_folders(uids), 10), "a scratch folder was left behind"
     finally:
         if grader.poll() is None:
             grader.kill()
@@ -83,7 +91,6 @@ def test_an_interrupted_batch_keeps_what_is_done_and_two_graders_finish_it_toget
     common = [str(subs), "-a", AID, "--items", ITEMS, "--device", "cpu"]
     results = tmp_path / "results"
 
-    before = scratch_folders()
     run = course_grade(common + ["--results-dir", str(results)])
     assert wait_until(lambda: (results / "a_complete.json").exists() or run.poll() is not None, 300)
     assert wait_until(lambda: sandbox_uids(descendants(run.pid)) or run.poll() is not None, 60)
@@ -94,7 +101,8 @@ def test_an_interrupted_batch_keeps_what_is_done_and_two_graders_finish_it_toget
     assert "interrupted" in err and "a rerun grades the rest" in err
     assert sorted(p.name for p in results.iterdir()) == ["a_complete.json"], "only finished results are kept"
     assert wait_until(lambda: not (set(tree) & set(processes())), 20), "a sandbox outlived the interrupted batch"
-    assert wait_until(lambda: not (scratch_folders() - before), 10), "a scratch folder was left behind"
+    uids = sandbox_uids(tree)
+    assert uids and wait_until(lambda: not scratch_folders(uids), 10), "a scratch folder was left behind"
 
     kept = (results / "a_complete.json").read_text()
     twins = [course_grade(common + ["--results-dir", str(results), "--json", str(tmp_path / f"twin{k}.json")])

@@ -50,6 +50,7 @@ def gradebook_scores(root, aid):
         return {s.student.id: s.score for s in gb.find_assignment(aid).submissions}
 
 
+@pytest.mark.usefixtures("graded_solutions")  # alice's experiments come from the cache the graded solutions filled
 @pytest.mark.parametrize("aid", list(COURSE.assignments))
 def test_generate_autograde_feedback_export(tmp_path, aid):
     root = tmp_path / "course"

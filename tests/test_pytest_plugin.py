@@ -32,6 +32,7 @@ def without_timings(result):
     return result
 
 
+@pytest.mark.usefixtures("graded_solutions")  # the complete example's training comes from their cache
 def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp_path):
     """For the complete, the untouched release and a half-done notebook (experiments on)."""
     folder = tmp_path / "subs"

@@ -2,7 +2,7 @@
 
 A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell written differently.
 """
-from tests.planted import OVERLAP_TODO, SHAPES_TODO, attach_catches
+from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_shape_slips, attach_catches
 
 PLANTED = {
     "scaled_dot_product_attention": {
@@ -178,6 +178,21 @@ CATCHES = {
         "reads_last_position": {"values"},
     },
 }
+# Shape slips: a leftover or missing dimension, or a layout the caller does not expect (see add_shape_slips).
+SHAPE_SLIPS = {
+    "PositionalEncoding": {"table_without_its_batch_dim": (
+        ('self.register_buffer("pe", pe.float().unsqueeze(0))', 'self.register_buffer("pe", pe.float())'),
+        {"shapes", "values", "properties"})},
+    "TransformerClassifier": {"logits_squeezed": (
+        ("logits = self.head(self.norm(h)[:, 0])  # (B, 1)", "logits = self.head(self.norm(h)[:, 0]).squeeze(-1)  # (B,)"),
+        {"shapes", "values"})},
+    "make_memory_dataset": {"labels_without_their_column": (
+        ("y = (marker > 0).float().unsqueeze(1)", "y = (marker > 0).float()"), {"shapes", "properties"})},
+    "scaled_dot_product_attention": {"bmm_only_takes_3d": (
+        ("scores = Q @ K.transpose(-2, -1)", "scores = torch.bmm(Q, K.transpose(1, 2))"),
+        {"shapes", "values", "gradients"})},
+}
+add_shape_slips(PLANTED, CATCHES, SHAPE_SLIPS)
 attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.

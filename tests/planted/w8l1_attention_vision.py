@@ -2,7 +2,7 @@
 
 A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell written differently.
 """
-from tests.planted import OVERLAP_TODO, SHAPES_TODO, attach_catches
+from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_shape_slips, attach_catches
 
 PLANTED = {
     "mse_loss": {
@@ -607,6 +607,37 @@ CATCHES = {
         "softmax_over_queries": {"values"},
     },
 }
+# Shape slips: a leftover dimension, a dtype or a layout the caller does not expect (see add_shape_slips).
+SHAPE_SLIPS = {
+    "alpha_location": {"kept_a_dim_for_bmm": (('W_loc, s), dim=-1)', 'W_loc, s), dim=-1).unsqueeze(-2)  # (B, 1, T) for bmm'),
+                                              {"shapes", "values", "properties"})},
+    "attention_context": {"context_kept_as_a_row": (("return c, alpha", "return c.unsqueeze(-2), alpha  # (B, 1, d), as bmm gives it"),
+                                                    {"shapes", "values", "gradients", "properties"})},
+    "corrupt": {"noise_in_float64": (("dtype=x.dtype, device=gen_device)", "dtype=torch.float64, device=gen_device)"),
+                                     {"shapes", "values", "properties"})},
+    "local_attention": {"weights_made_float32": (("kept = alpha * keep", "kept = alpha.float() * keep"),
+                                                 {"shapes", "properties"})},
+    "principal_angle_cosines": {"cosines_as_a_diagonal_matrix": (
+        ("return torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0)",
+         "return torch.diag_embed(torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0))"), {"shapes", "values"})},
+    "score_additive": {"v_a_as_a_column": (("return torch.tanh(pre) @ v_a", "return torch.tanh(pre) @ v_a.unsqueeze(-1)"),
+                                           {"shapes", "values"})},
+    "score_cosine": {"norms_keep_their_dim": (("H_norm = H.norm(dim=-1).clamp", "H_norm = H.norm(dim=-1, keepdim=True).clamp"),
+                                              {"shapes", "values"})},
+    "score_general": {"bmm_result_not_squeezed": (
+        ('return torch.einsum("...d,de,...te->...t", s, W_a, H)',
+         'return torch.einsum("...d,de,...te->...t", s, W_a, H).unsqueeze(-1)  # (B, T, 1), as bmm gives it'),
+        {"shapes", "values"})},
+    "score_scaled": {"bmm_result_not_squeezed": (
+        ('return torch.einsum("...d,...td->...t", s, H) / math.sqrt(H.shape[-1])',
+         'return (torch.einsum("...d,...td->...t", s, H) / math.sqrt(H.shape[-1])).unsqueeze(-1)  # (B, T, 1)'),
+        {"shapes", "values"})},
+    "spatial_attention": {"context_kept_as_a_row": (
+        ("return attention_context(score_general(s, A, W_a), A)",
+         "c, alpha = attention_context(score_general(s, A, W_a), A)\n    return c.unsqueeze(1), alpha  # (B, 1, d)"),
+        {"shapes", "values"})},
+}
+add_shape_slips(PLANTED, CATCHES, SHAPE_SLIPS)
 attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.

@@ -4,7 +4,7 @@ A tuple (old, new) edits the reference cell (one realistic slip); a string is a 
 Wrong variants of the layers and the Transformer are chosen so that the model still runs end to end: greedy_decode
 is graded on the student's own Transformer, and it must not lose points for a mistake elsewhere.
 """
-from tests.planted import OVERLAP_TODO, SHAPES_TODO, attach_catches
+from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_shape_slips, attach_catches
 
 PLANTED = {
     "attention": {
@@ -441,6 +441,31 @@ CATCHES = {
         "scores_with_d_model": {"values"},
     },
 }
+# Items whose checks run the student's code of other items (beyond what their reference code calls): greedy_decode
+# is handed the student's own Transformer, so a Transformer that returns logits of the wrong shape fails it too.
+CHECKED_WITH = {"greedy_decode": {"Transformer"}}
+
+# Shape slips: a leftover dimension or a layout the caller does not expect (see add_shape_slips).
+SHAPE_SLIPS = {
+    "EncoderLayer": {"weights_averaged_over_heads": (
+        ("return self.norm2(x + self.ff(x)), A",
+         "return self.norm2(x + self.ff(x)), A.mean(1)  # (B, T, T), as nn.MultiheadAttention returns"),
+        {"shapes", "values"})},
+    "FeedForward": {"tokens_flattened_and_left_so": (
+        ("return self.lin2(F.relu(self.lin1(x)))",
+         "x = x.reshape(-1, x.shape[-1])  # (B * T, d_model)\n        return self.lin2(F.relu(self.lin1(x)))"),
+        {"shapes", "values"})},
+    "Transformer": {"logits_transposed_for_cross_entropy": (
+        ("return self.out(y)", "return self.out(y).transpose(1, 2)  # (B, V, T), as F.cross_entropy wants"),
+        {"shapes", "values"})},
+    "attention": {"weights_with_a_head_dim": (("return A @ V, A", "return A @ V, A.unsqueeze(-3)"),
+                                              {"shapes", "values", "properties"})},
+    "causal_mask": {"with_a_batch_dim": (("torch.ones(T, T,", "torch.ones(1, T, T,"), {"shapes", "values"})},
+    "positional_encoding": {"with_a_batch_dim": (
+        ("return pe.to(dtype)", "return pe.unsqueeze(0).to(dtype)  # (1, max_len, d_emb) broadcasts over the batch"),
+        {"shapes", "values", "properties"})},
+}
+add_shape_slips(PLANTED, CATCHES, SHAPE_SLIPS)
 attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
