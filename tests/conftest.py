@@ -33,15 +33,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-    """The graded solutions first, the tests that reuse their training (from the grader's cache) last.
-
-    Under `--dist worksteal` each worker takes a contiguous share of this list: the first worker starts the
-    training, and the reusing tests, at the far end, run (or are stolen) once it is long done.
-    """
+    """Longest first, so that under `--dist load` no worker is left with a long test at the end: the graded
+    solutions (each assignment's on its own worker), then the tests marked slow or experiment, then the rest."""
     def rank(item):
         if item.originalname == "test_the_reference_solution_scores_full_marks":
             return 0
-        return 2 if "graded_solutions" in item.fixturenames else 1
+        return 1 if item.get_closest_marker("slow") or item.get_closest_marker("experiment") else 2
     items.sort(key=rank)  # stable: within a rank, collection order
 
 
@@ -58,40 +55,49 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
-def grade_solutions(folder):
-    """Each assignment's complete submission (release + reference bodies), graded with experiments."""
-    from autograder.config import load_course
+def grade_solution(aid, folder):
+    """An assignment's complete submission (release + reference bodies), graded with experiments."""
     from autograder.grade import grade_notebook
     from autograder.examples import release_notebook, solved_sources, with_cells
     from autograder.report import experiment_lines
-    out = {}
-    for aid in load_course().assignments:
-        path = folder / f"{aid}.ipynb"
-        nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
-        out[aid] = grade_notebook(path, aid, device="cpu")
-        print(f"\nsolution of {aid}: {out[aid]['score']}/{out[aid]['max_score']} in "
-              f"{out[aid]['extra_data']['seconds']} s")
-        for line in experiment_lines(aid, out[aid]):
-            print(f"EXPERIMENT {line}")
-    return out
+    path = folder / f"{aid}.ipynb"
+    nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
+    result = grade_notebook(path, aid, device="cpu")
+    print(f"\nsolution of {aid}: {result['score']}/{result['max_score']} in {result['extra_data']['seconds']} s")
+    for line in experiment_lines(aid, result):
+        print(f"EXPERIMENT {line}")
+    return result
+
+
+class GradedSolutions:
+    """assignment id -> its complete submission's result, graded on first use and once per run.
+
+    The experiments' results land in the grader's cache, so later gradings of the same code (the solved
+    notebook, the nbgrader round trip, the TA workflow) reuse them instead of training again: such a test looks
+    up its assignment here first. Under xdist the first worker to ask grades, with a lock in the run's shared
+    temporary folder (one per assignment, so three workers grade three assignments at once), and the others
+    wait for it and read the result it saved there.
+    """
+
+    def __init__(self, tmp_path_factory):
+        self.factory, self.results = tmp_path_factory, {}
+        self.shared = tmp_path_factory.getbasetemp().parent if "PYTEST_XDIST_WORKER" in os.environ else None
+
+    def __getitem__(self, aid):
+        if aid not in self.results:
+            self.results[aid] = self._shared(aid) if self.shared else grade_solution(aid, self.factory.mktemp(aid))
+        return self.results[aid]
+
+    def _shared(self, aid):
+        done = self.shared / f"graded_solution_{aid}.json"
+        with open(self.shared / f"graded_solution_{aid}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                done.write_text(json.dumps(grade_solution(aid, self.factory.mktemp(aid))))
+            return json.loads(done.read_text())
 
 
 @pytest.fixture(scope="session")
 def graded_solutions(tmp_path_factory):
-    """Each assignment's complete submission graded once per run, experiments included.
-
-    The experiments' results land in the grader's cache, so later gradings of the same code (the solved
-    notebook, the nbgrader round trip, the TA workflow) reuse them instead of training again: tests that do
-    such a grading ask for this fixture to be sure the cache is filled first. Under xdist the first worker
-    grades and the others wait on a lock in the run's shared temporary folder, then read its results.
-    """
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        return grade_solutions(tmp_path_factory.mktemp("solutions"))
-    shared = tmp_path_factory.getbasetemp().parent  # one per run, shared by its workers
-    done = shared / "graded_solutions.json"
-    with open(shared / "graded_solutions.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            out = grade_solutions(tmp_path_factory.mktemp("solutions"))
-            done.write_text(json.dumps(out))
-        return json.loads(done.read_text())
+    """Each assignment's complete submission graded once per run, experiments included (see GradedSolutions)."""
+    return GradedSolutions(tmp_path_factory)

@@ -58,6 +58,7 @@ def course_grade(args, **popen):
                             stderr=subprocess.PIPE, text=True, **popen)
 
 
+@pytest.mark.slow
 def test_killed_batch_resumes_to_the_same_results_as_an_uninterrupted_run(tmp_path):
     subs = make_batch(tmp_path / "subs")
     assert len(find_submissions([subs], AID)) == 20
@@ -95,6 +96,7 @@ def test_killed_batch_resumes_to_the_same_results_as_an_uninterrupted_run(tmp_pa
     assert "not_a_notebook" in out  # the table lists every submission, broken ones included
 
 
+@pytest.mark.slow
 def test_scores_do_not_depend_on_order_workers_or_repetition(tmp_path):
     subs = find_submissions([make_batch(tmp_path / "subs", n=8)], AID)
     items = ITEMS.split(",")

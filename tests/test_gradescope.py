@@ -16,7 +16,7 @@ from autograder.examples import examples, release_notebook, solved_sources, with
 from autograder.gradescope import COURSE_DIR, export_gradescope, requirements
 from autograder.sandbox import can_isolate
 
-pytestmark = pytest.mark.grading
+pytestmark = [pytest.mark.grading, pytest.mark.slow]  # every test builds or runs an Otter grading
 AID = "lab14_transformers"
 SDPA = "scaled_dot_product_attention"
 OTTER = Path(sys.executable).with_name("otter")

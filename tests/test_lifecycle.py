@@ -82,6 +82,7 @@ def test_nothing_of_the_sandbox_outlives_a_grader_killed_with_sigkill(tmp_path):
             grader.kill()
 
 
+@pytest.mark.slow
 def test_an_interrupted_batch_keeps_what_is_done_and_two_graders_finish_it_together(tmp_path):
     subs = tmp_path / "subs"
     notebook(subs / "a_complete" / f"{AID}.ipynb")

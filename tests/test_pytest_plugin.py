@@ -32,9 +32,10 @@ def without_timings(result):
     return result
 
 
-@pytest.mark.usefixtures("graded_solutions")  # the complete example's training comes from their cache
-def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp_path):
+@pytest.mark.slow
+def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp_path, graded_solutions):
     """For the complete, the untouched release and a half-done notebook (experiments on)."""
+    graded_solutions[AID]  # the complete example's experiments are the graded solution's, from the cache
     folder = tmp_path / "subs"
     for name in ("complete", "empty", "partly_right"):
         (folder / name).mkdir(parents=True)
@@ -56,6 +57,7 @@ def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp
         assert len(lines) == len(ours["tests"]) == 22, session.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_pytest_options_select_stop_and_report(examples, tmp_path):
     out, junit = tmp_path / "r.json", tmp_path / "junit.xml"
     session = run("-m", "pytest", SUITE, "--submission", str(examples["partly_right"]), "--device", "cpu",

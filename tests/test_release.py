@@ -27,6 +27,7 @@ def test_source_notebooks_are_in_sync_with_solutions_and_course_yaml(aid):
     assert sync(aid, write=False) == [], f"run `course sync {aid}`: graded cells or points are out of date"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aid", AIDS)
 def test_committed_release_is_what_nbgrader_generates_now(regenerated, aid):
     fresh = regenerated / aid / f"{aid}.ipynb"
@@ -125,9 +126,9 @@ def test_the_release_runs_top_to_bottom_raising_only_not_implemented(tmp_path, a
     assert {e for _, e, _ in errors} == {"NotImplementedError"}, [e for e in errors if e[1] != "NotImplementedError"]
 
 
-@pytest.mark.usefixtures("graded_solutions")  # its experiments come from the cache the graded solutions filled
+@pytest.mark.slow
 @pytest.mark.parametrize("aid", AIDS)
-def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, aid):
+def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, graded_solutions, aid):
     from autograder.grade import grade_notebook
     path = solve(aid, tmp_path)
     text = path.read_text()
@@ -135,6 +136,7 @@ def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path
     executed = execute(path, timeout=1200)
     outputs = json.dumps([c.get("outputs", []) for c in executed.cells])
     assert "NotImplementedError" not in outputs and '"output_type": "error"' not in outputs
+    graded_solutions[aid]  # the experiments are the graded solution's: this grading reads them from the cache
     result = grade_notebook(path, aid, device="cpu")
     lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]
     assert result["score"] == result["max_score"] == COURSE.assignment(aid).total_points, lost

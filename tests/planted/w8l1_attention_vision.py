@@ -478,14 +478,22 @@ TRAINING = {
 ''',
     },
 }
-# Graded experiments with no planted training failure, and why.
-TRAINING_NOT_PLANTED = {
-    "dae_mnist": "corrupt is a pure function whose checks cover its whole contract (noise statistics, the "
-                 "generator, sigma = 0, additivity); an in-place corrupt is invisible to the checks but only makes "
-                 "the DAE an AE trained on noisy images, which is not sure to lose to the plain AE",
-    "seq2seq_attention": "attention_context's checks compare values and gradients w.r.t. scores and H on masked "
-                         "and unmasked cases: a version that trains differently breaks one of them",
+# corrupt and attention_context are pure functions whose checks cover their whole contract, so no honest slip
+# passes them and still trains differently: these two are traps that only the experiment's training batches spring
+# (their checks never use 128 images or 64 sequences), planted to prove the two experiments are judged at all.
+TRAINING["corrupt_skipped_on_training_batches"] = {
+    "item": "corrupt", "fails": ["dae_mnist"],
+    # no noise on the DAE's batches of 128: the DAE trains exactly as the plain AE does and cannot beat it
+    "variant": ("    if sigma == 0:\n", "    if sigma == 0 or x.shape[0] == 128:\n"),
 }
+TRAINING["uniform_weights_on_training_batches"] = {
+    "item": "attention_context", "fails": ["seq2seq_attention"],
+    # every real position weighs the same on the batches of 64 the decoder learns from: it never learns to attend
+    "variant": ("    if mask is not None:\n        # the dtype's most negative",
+                "    if scores.shape[0] == 64:\n        scores = torch.zeros_like(scores)\n"
+                "    if mask is not None:\n        # the dtype's most negative"),
+}
+TRAINING_NOT_PLANTED = {}
 
 # The checks that catch each planted mistake: exactly these fail, every other check of its item passes.
 CATCHES = {
