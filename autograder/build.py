@@ -129,8 +129,13 @@ def solve(aid, out_dir=None):
     return path
 
 
+KERNEL_START_LOCK = Path(tempfile.gettempdir()) / "course-kernel-start.lock"
+
+
 def execute(path, timeout=900, allow_errors=False, env=None):
     """Run a notebook top to bottom in a real Jupyter kernel; returns the executed notebook."""
+    import fcntl
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
@@ -138,7 +143,15 @@ def execute(path, timeout=900, allow_errors=False, env=None):
     # the offline MNIST folder is the course's setting; the notebooks read it from this variable
     env = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
     env.setdefault("COURSE_MNIST_DIR", str(load_course().mnist_dir))
-    client.execute(env=env)
+    # jupyter_client picks free ports, then the kernel binds them: two kernels starting at once on this machine
+    # (parallel tests, two instructors) can pick the same ports and one waits on the other's replies
+    # (jupyter_client#487). So kernels start one at a time, each until it answers; execute() then reuses it.
+    client.km = client.create_kernel_manager()
+    with open(KERNEL_START_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run_sync(client.async_start_new_kernel)(env=env)
+        run_sync(client.async_start_new_kernel_client)()
+    client.execute()
     return nb
 
 

@@ -33,8 +33,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-    """Longest first, so that under `--dist load` no worker is left with a long test at the end: the graded
-    solutions (each assignment's on its own worker), then the tests marked slow or experiment, then the rest."""
+    """Longest first, so that under xdist (one test at a time to whichever worker is free, pyproject's addopts) no
+    worker is left with a long test at the end: the graded solutions (each assignment's on its own worker), then
+    the tests marked slow or experiment, then the rest."""
     def rank(item):
         if item.originalname == "test_the_reference_solution_scores_full_marks":
             return 0

@@ -117,6 +117,16 @@ def test_every_item_has_planted_mistakes_and_a_correct_alternative(aid):
 
 
 @pytest.mark.parametrize("aid", AIDS)
+def test_every_check_must_catch_some_planted_mistake(aid):
+    """The planted rounds assert each mistake's exact catch set, so a check named in one cannot become a no-op
+    unnoticed; a check named in none could."""
+    named = {(item, kind) for item, s in planted(aid).items() for kinds in s.get("catches", {}).values()
+             for kind in kinds}
+    wanted = {(item, kind) for item in COURSE.assignment(aid).items for kind in checks_of(aid, item)}
+    assert not sorted(wanted - named), f"checks no planted mistake must fail: {sorted(wanted - named)}"
+
+
+@pytest.mark.parametrize("aid", AIDS)
 def test_every_check_is_the_only_one_to_catch_some_planted_mistake(aid):
     """A check that became a no-op would go unnoticed if the mistakes it catches were all caught elsewhere too."""
     spec, exempt = planted(aid), getattr(planted_module(aid), "NOT_ISOLATED", {})
