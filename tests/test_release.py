@@ -7,12 +7,29 @@ import shutil
 import nbformat
 import pytest
 
-from autograder.build import BEGIN, HIDDEN_BEGIN, execute, generate, item_cell, normalised, solve, sync, verify
+from autograder.build import BEGIN, HIDDEN_BEGIN, generate, item_cell, normalised, solve, sync, verify
 from autograder.config import ROOT, load_course
 from autograder.notebook import nbgrader_meta
 
 COURSE = load_course()
 AIDS = list(COURSE.assignments)
+
+
+def execute(path, timeout, allow_errors=False):
+    """build.execute in a fresh Python process, as `course solve` and a student's Jupyter run it.
+
+    In an xdist worker (execnet's threads, earlier tests' event loops and signal handlers) nbclient twice waited
+    for a reply its idle kernel had already given, until the cell time-out; a fresh process never did.
+    """
+    import subprocess
+    import sys
+    out = path.with_name(path.stem + ".executed.ipynb")
+    code = ("import sys, nbformat; from autograder.build import execute; "
+            "nbformat.write(execute(sys.argv[1], timeout=int(sys.argv[3]), allow_errors=sys.argv[4] == '1'), sys.argv[2])")
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(out), str(timeout), str(int(allow_errors))],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout * 3)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return nbformat.read(out, as_version=4)
 
 
 @pytest.fixture(scope="module")
