@@ -156,8 +156,12 @@ def threads_per_worker(workers):
     """
     if workers <= 1:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // workers)
+    return max(1, cpu_cores() // workers)
+
+
+def cpu_cores():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def sandbox_env(threads=None):

@@ -10,24 +10,20 @@ import pytest
 FIGURES = []
 
 
-def cores():
-    return len(os.sched_getaffinity(0))
-
-
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than there are cores (at most 8). A worker spends about half its time waiting on
     a kernel, a sandbox, a subprocess or a time limit (measured: 2 workers kept 2 cores 56% busy)."""
-    return min(cores() + 1, 8)
+    from autograder.sandbox import cpu_cores
+    return min(cpu_cores() + 1, 8)
 
 
 def pytest_configure(config):
-    # Under xdist each worker gets its share of the cores: torch's default (every core) in two processes on
-    # the same cores makes OpenMP's spinning threads fight, and training slows many times over. The sandboxes,
-    # kernels and subprocesses a worker starts inherit the share through the environment.
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers > 1:
+    # Under xdist each worker gets its share of the cores, as `course grade --workers` gives its workers (see
+    # threads_per_worker). The sandboxes, kernels and subprocesses a worker starts inherit it through the environment.
+    from autograder.sandbox import threads_per_worker
+    threads = threads_per_worker(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    if threads:
         import torch
-        threads = max(1, cores() // workers)
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
 
