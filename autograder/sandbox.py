@@ -238,37 +238,49 @@ ZYGOTE = Zygote()
 
 
 class OutputTap(threading.Thread):
-    """Reads the student's stdout/stderr; keeps the first `limit` bytes and counts the rest."""
+    """Reads the student's stdout/stderr; keeps the first `limit` bytes and counts the rest.
+
+    Reads happen only under the lock, so `take` never misses a chunk read but not yet kept: the sandbox flushes
+    what a request printed before it answers, so all of it is in the pipe or kept by the time `take` runs.
+    """
 
     def __init__(self, fd, limit):
         super().__init__(daemon=True)
         self.fd, self.limit = fd, limit
         self.kept, self.dropped = bytearray(), 0
+        self.eof = False
         self.lock = threading.Lock()
+        os.set_blocking(fd, False)
 
     def run(self):
         try:
-            self._drain()
+            while not self.eof:
+                select.select([self.fd], [], [], 1.0)
+                with self.lock:
+                    self._read_available()
         finally:
             os.close(self.fd)  # EOF: every process that could print is gone
 
-    def _drain(self):
-        while True:
+    def _read_available(self):
+        """Keep what the pipe holds now (the caller holds the lock)."""
+        while not self.eof:
             try:
                 chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return
             except OSError:
-                return
+                chunk = b""
             if not chunk:
+                self.eof = True
                 return
-            with self.lock:
-                room = self.limit - len(self.kept)
-                self.kept += chunk[:max(room, 0)]
-                self.dropped += max(len(chunk) - max(room, 0), 0)
+            room = self.limit - len(self.kept)
+            self.kept += chunk[:max(room, 0)]
+            self.dropped += max(len(chunk) - max(room, 0), 0)
 
     def take(self):
         """What was printed since the last take, cut to the limit with a note."""
-        time.sleep(0.05)  # let the reader drain what the process flushed before it answered
         with self.lock:
+            self._read_available()
             text = as_text(self.kept.decode("utf-8", "replace"))
             if self.dropped:
                 text += f"\n[... {self.dropped} more bytes of output cut]"
