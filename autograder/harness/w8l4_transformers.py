@@ -24,14 +24,15 @@ L_MIN, L_MAX = 3, 10                     # training lengths
 T_PAD = L_MAX + 1                        # every stored batch is padded to this many positions
 BATCH = 128
 # The transformer's Adam peak rate and linear warmup. The lecture warms up for 300 steps; 100 reach the pass
-# marks sooner (the grader pays for every step): the reference stops at 600-650 steps (seeds 0, 1), the no-mask
-# model at 350-400.
-LR, WARMUP = 3e-3, 100
+# marks sooner (the grader pays for every step): the reference stops at 600-650 steps (seeds 0, 1). The no-mask
+# model's shortcut (copy tgt_in[t + 1]) is learnt early: with 20 warmup steps it stops at 240 (seeds 0, 1; 325 and
+# 350-400 with the transformer's 100).
+LR, WARMUP, NO_MASK_WARMUP = 3e-3, 100, 20
 GRU_LR, GRU_WARMUP = 2e-3, 100           # the lecture's settings for the recurrent baseline
 MODEL = dict(d_model=64, h=4, d_ff=128, n_enc=2, n_dec=2)
 VAL_PER_LENGTH = 64                      # validation sequences per length, only for early stopping
 VAL_EVERY = 50                           # steps between validations (after the warmup)
-VAL_EVERY_TF = 25                        # the no-mask run's validation is one teacher-forced pass: check it more often
+VAL_EVERY_TF = 10                        # the no-mask run's validation is one teacher-forced pass: check it more often
 # Early stopping waits for the validation figure to clear the pass mark by this much, so that the
 # grader's fresh test data (400 sequences per length) clears the mark itself.
 STOP_MARGIN = {"greedy_token_acc": 0.05, "seq_acc_L8": 0.10, "teacher_forced_acc_L8": 0.10}
@@ -192,7 +193,7 @@ def train_transformer(model, parts, data, cfg, seed):
 
 
 def train_no_mask(model, parts, data, cfg, seed):
-    """The same schedule without the causal mask; stop once teacher-forced accuracy at L = 8 clears its mark."""
+    """Adam 3e-3 after a 20-step warmup, no causal mask; stop once teacher-forced accuracy at L = 8 clears its mark."""
     torch.manual_seed(seed)
     want = cfg["threshold"]["teacher_forced_acc_L8"]["min"] + STOP_MARGIN["teacher_forced_acc_L8"]
     rows = slice(EVAL_LENGTHS.index(8) * VAL_PER_LENGTH, (EVAL_LENGTHS.index(8) + 1) * VAL_PER_LENGTH)
@@ -204,7 +205,7 @@ def train_no_mask(model, parts, data, cfg, seed):
         m.eval()
         acc = _teacher_forced_hits(m, src, tgt_in, tgt).mean().item()
         return {"teacher_forced_acc_L8": acc}, acc >= want
-    return _fit(model, data, cfg["steps"], LR, WARMUP, validate, every=VAL_EVERY_TF)
+    return _fit(model, data, cfg["steps"], LR, NO_MASK_WARMUP, validate, every=VAL_EVERY_TF)
 
 
 def train_gru(model, parts, data, cfg, seed):
