@@ -270,11 +270,16 @@ class OutputTap(threading.Thread):
                 with self.lock:
                     self._read_available()
         finally:
-            os.close(self.fd)  # EOF: every process that could print is gone
+            with self.lock:  # EOF (every process that could print is gone), or select failed: no read after this
+                self.eof = True
+                os.close(self.fd)
 
-    def _read_available(self):
-        """Keep what the pipe holds now (the caller holds the lock)."""
-        while not self.eof:
+    def _read_available(self, chunks=16):
+        """Keep what the pipe holds now, at most `chunks` reads (the caller holds the lock; a process that never
+        stops printing must not keep it forever)."""
+        for _ in range(chunks):
+            if self.eof:
+                return
             try:
                 chunk = os.read(self.fd, 65536)
             except BlockingIOError:
