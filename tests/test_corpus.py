@@ -178,6 +178,9 @@ CORPUS = [
     case("allocates_more_than_the_memory_limit", prepend_body(MMD, "_hog = [torch.ones(2**28) for _ in range(3)]"),
          {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)", limits={"memory_mb": 1024, "item_seconds": 30}),
     case("prints_100_mb", prepend_body(MMD, "for _ in range(100):\n    print('x' * 1_000_000)"), {}),
+    case("prints_forever_from_a_thread", append(MMD, "import sys, threading\ndef _spam():\n    while True:\n"
+                                                     "        sys.stdout.write('x' * 60_000 + '\\n')\n"
+                                                     "threading.Thread(target=_spam, daemon=True).start()"), {}),
     case("waits_for_input_in_a_graded_item", prepend_body(MMD, "answer = input('seed? ')"),
          {MMD: 3}, r"EOFError"),
     case("input_in_a_demo_cell", new_cell("name = input('your name: ')\nprint(name)"), {}),
