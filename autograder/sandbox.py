@@ -296,7 +296,7 @@ class OutputTap(threading.Thread):
     def take(self):
         """What was printed since the last take, cut to the limit with a note."""
         with self.lock:
-            self._read_available()
+            self._read_available(chunks=2048)  # all a request printed, unless it is still printing past 128 MB
             text = as_text(self.kept.decode("utf-8", "replace"))
             if self.dropped:
                 text += f"\n[... {self.dropped} more bytes of output cut]"
