@@ -6,7 +6,10 @@ own training runs (benchmarks/lecture_loops.py): grading a complete submission s
 lecture's training does. All three are measured in this one run, so the ratios are meaningful on a shared, noisy
 machine; absolute seconds are not.
 
-    python benchmarks/grading_cost.py [ID ...] [--no-experiments] [--no-bare]
+    python benchmarks/grading_cost.py [ID ...] [--no-experiments] [--no-bare] [--device cuda]
+
+--device moves the graded run's and the lecture's training there; the bare column stays on the CPU (its checks
+are the suites' own CPU cases).
 """
 import argparse
 import os
@@ -125,14 +128,14 @@ def bare(aid, with_experiments):
     return out
 
 
-def graded(aid, with_experiments):
+def graded(aid, with_experiments, device="cpu"):
     """item -> seconds the real grader spent (sandbox and all), from results.json's per-test times."""
     from autograder.grade import grade_notebook
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{aid}.ipynb"
         nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
         t0 = time.perf_counter()
-        result = grade_notebook(path, aid, device="cpu", experiments=with_experiments)
+        result = grade_notebook(path, aid, device=device, experiments=with_experiments)
         wall = time.perf_counter() - t0
     per_item = {}
     for t in result["tests"]:
@@ -146,14 +149,15 @@ def main():
     parser.add_argument("ids", nargs="*")
     parser.add_argument("--no-experiments", action="store_true")
     parser.add_argument("--no-bare", action="store_true", help="skip the in-process column (it doubles the run)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where the graded and the lecture's training run")
     args = parser.parse_args()
     os.environ["COURSE_NO_CACHE"] = "1"  # measure the training, not the cache
     with_exp = not args.no_experiments
     rows = []
     for aid in args.ids or load_course().assignments:
         per_item_bare = {} if args.no_bare else bare(aid, with_exp)
-        per_item_graded, wall = graded(aid, with_exp)
-        lecture = lecture_seconds(aid) if with_exp else float("nan")
+        per_item_graded, wall = graded(aid, with_exp, args.device)
+        lecture = lecture_seconds(aid, args.device) if with_exp else float("nan")
         total_bare = sum(per_item_bare.values()) if per_item_bare else float("nan")
         print(f"\n{aid}: graded in {wall:.1f} s wall, bare compute {total_bare:.1f} s, lecture {lecture:.1f} s")
         print(f"  {'item':<30}{'graded s':>10}{'bare s':>10}{'ratio':>8}")
