@@ -147,6 +147,8 @@ def execute(path, timeout=900, allow_errors=False, env=None):
     # (parallel tests, two instructors) can pick the same ports and one waits on the other's replies
     # (jupyter_client#487). So kernels start one at a time, each until it answers; execute() then reuses it.
     client.km = client.create_kernel_manager()
+    # its waits re-poll: a zmq poll can miss the wake-up for a reply already on the socket (kernel_client.py)
+    client.km.client_class = "autograder.kernel_client.RepollingKernelClient"
     with open(KERNEL_START_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         run_sync(client.async_start_new_kernel)(env=env)
