@@ -12,7 +12,7 @@ FIGURES = []
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per core (at most 8). On two cores three workers were no faster than two (912 s
-    against 910 s), and the notebook executions that hung did so in runs with three."""
+    against 910 s)."""
     from autograder.sandbox import cpu_cores
     return min(cpu_cores(), 8)
 

@@ -18,8 +18,8 @@ AIDS = list(COURSE.assignments)
 def execute(path, timeout, allow_errors=False):
     """build.execute in a fresh Python process, as `course solve` and a student's Jupyter run it.
 
-    In an xdist worker (execnet's threads, earlier tests' event loops and signal handlers) nbclient twice waited
-    for a reply its idle kernel had already given, until the cell time-out; a fresh process never did.
+    (The stalls once blamed on running in an xdist worker were the missed wake-up that kernel_client.py guards
+    against; a fresh process also keeps earlier tests' event loops and signal handlers out of the run.)
     """
     import subprocess
     import sys
