@@ -5,7 +5,7 @@ A zmq socket's file descriptor is edge-triggered: anyone who processes the socke
 sleeps while the message sits on the socket (pyzmq#2173 describes the same class of miss). Under load this stalled
 notebook executions here: the kernel had finished the cell and sent its reply, nbclient waited on the shell socket
 for it, and the cell time-out was the only way out (2 to 3 of every 4 executions of the w8l4 release notebook with
-two busy threads beside it on two cores; none of 9 with this client). Every wait here is a series of polls of at
+two busy threads beside it on two cores; none of 16 with this client). Every wait here is a series of polls of at
 most `REPOLL_S`, and each new poll reads the socket's events first, so a missed edge costs one slice.
 """
 import time
