@@ -360,23 +360,24 @@ def test_offset_values(student, rng):
 
 @pytest.mark.item("offset_matrix", "properties")
 def test_offset_properties(student, rng):
+    """Exact rotations (absolute tolerances, as the spec says: a float32 matrix is off by ~1e-7)."""
     d = 2 * randint(rng, 3, 10)
     a, b = randint(rng, 1, 30), randint(rng, 1, 30)
     student.case(f"offset_matrix(k, {d}) for k = 0, {a}, {b}, {a + b}")
     Ma, Mb, Mab, M0 = (student.call("offset_matrix", k, d) for k in (a, b, a + b, 0))
     I = torch.eye(d, dtype=torch.float64)
-    check_close("M_0", I, M0, atol=1e-12, oracle="the identity", dims=("row", "column"),
+    check_close("M_0", I, M0, atol=1e-12, rtol=0, oracle="the identity", dims=("row", "column"),
                 case="a shift by 0 is the identity")
     block = torch.block_diag(*[torch.ones(2, 2, dtype=torch.bool)] * (d // 2))
     off = Ma.masked_select(~block).abs()
     check_true(bool((off <= 1e-12).all()), f"M_{a} has {off.max().item():.3g} outside its 2x2 diagonal blocks: "
                                           f"it must be block-diagonal (each sin/cos pair rotates on its own)")
-    check_close(f"M_{a} M_{a}^T", I, Ma @ Ma.T, atol=1e-12, oracle="the identity", dims=("row", "column"),
+    check_close(f"M_{a} M_{a}^T", I, Ma @ Ma.T, atol=1e-12, rtol=0, oracle="the identity", dims=("row", "column"),
                 case="each block is a rotation, so M_k is orthogonal")
     dets = torch.stack([torch.linalg.det(Ma[i:i + 2, i:i + 2]) for i in range(0, d, 2)])
     check_close(f"determinants of M_{a}'s 2x2 blocks", torch.ones(d // 2, dtype=torch.float64), dets, atol=1e-12,
                 oracle="1", dims=("block",), case="rotations, not reflections")
-    check_close(f"M_{a} @ M_{b}", Mab, Ma @ Mb, atol=1e-9, oracle=f"M_{a + b}", dims=("row", "column"),
+    check_close(f"M_{a} @ M_{b}", Mab, Ma @ Mb, atol=1e-9, rtol=0, oracle=f"M_{a + b}", dims=("row", "column"),
                 case=f"shifting by {a} then by {b} is shifting by {a + b}")
 
 
