@@ -354,7 +354,8 @@ class Sandbox:
         cells = [[c.grade_id, c.source] for c in self.cells if c.grade_id not in self.skip]
         self.current_cell = None
         try:
-            out = self.request("load", self.limits.setup_seconds * max(1, len(cells) // 4 + 1), cells=cells)
+            out = self.request("load", self.limits.setup_seconds * max(1, len(cells) // 4 + 1),
+                               step_s=self.limits.setup_seconds, cells=cells)
         except SandboxFailure as e:
             if self.current_cell is None:
                 raise
@@ -476,22 +477,28 @@ class Sandbox:
             return f"killed by signal {signal.Signals(sig).name}" if sig in signal.Signals._value2member_map_ else f"signal {sig}"
         return f"exit code {os.WEXITSTATUS(status)}"
 
-    def request(self, op, timeout, tensors=None, limit_s=None, **fields):
+    def request(self, op, timeout, tensors=None, limit_s=None, step_s=None, **fields):
         """Send one request and wait for its answer, all within `timeout` seconds; tensors travel inline.
 
-        `limit_s` is the limit a timeout names (the item's, when `timeout` is what is left of it).
+        `limit_s` is the limit a timeout names (the item's, when `timeout` is what is left of it). With `step_s`
+        each step the process reports (a cell it starts loading) must also end within `step_s` seconds, so a cell
+        that hangs costs its own limit, not the whole request's; the request's own deadline still bounds them all.
         """
         deadline, limit_s = time.monotonic() + timeout, limit_s or timeout
+        whole = (deadline, limit_s)
         self.next_id += 1
         blob = b""
         if tensors:
             blob = safetensors.torch.save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()})
         msg = {"op": op, "id": self.next_id, **fields, "blob": len(blob)}
         self._send((json.dumps(msg) + "\n").encode() + blob, deadline, limit_s)
-        while True:  # progress lines do not move the deadline
+        while True:  # a progress line starts a step's deadline, never one past the request's
             answer, blob = self._receive(deadline, limit_s)
             if "progress" in answer:
                 self.current_cell = answer["progress"]
+                if step_s:
+                    step_end = time.monotonic() + step_s
+                    deadline, limit_s = (step_end, step_s) if step_end < whole[0] else whole
                 continue
             if answer.get("id") == self.next_id:
                 break

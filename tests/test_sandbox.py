@@ -192,6 +192,18 @@ def test_a_hanging_setup_cell_is_skipped_and_the_rest_loads():
         sb.close()
 
 
+def test_a_hanging_cell_costs_its_own_limit_not_the_whole_notebooks():
+    """Nine quick cells, then one that hangs: it is stopped at setup_seconds (2 s), not at the load's whole
+    budget (2 s times a quarter of the ten cells, rounded up: 6 s)."""
+    quick = [(f"quick{k}", f"def quick{k}():\n    return {k}\n") for k in range(9)]
+    sb = started(*quick, ("hang", "while True:\n    pass\n"), limits=LIMITS.model_copy(update={"setup_seconds": 2}))
+    try:
+        assert "within 2 s (time limit)" in sb.load_errors["hang"], sb.load_errors
+        assert ask(sb, "quick8") == 8
+    finally:
+        sb.close()
+
+
 def test_input_gets_end_of_file_instead_of_waiting():
     sb = started(("ask_user", "def ask_user():\n    return input('name? ')\n"))
     try:
