@@ -32,11 +32,12 @@ def execute(path, timeout, allow_errors=False):
     return nbformat.read(out, as_version=4)
 
 
-@pytest.fixture(scope="module")
-def regenerated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("release")
-    generate(AIDS, out)
-    return out
+@pytest.fixture
+def regenerated(tmp_path, aid):
+    """release/<aid> made anew by nbgrader (one assignment each: under xdist a module-wide fixture ran once per
+    worker, every assignment each time)."""
+    generate([aid], tmp_path)
+    return tmp_path
 
 
 @pytest.mark.parametrize("aid", AIDS)

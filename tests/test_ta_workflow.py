@@ -1,9 +1,13 @@
 """A new TA on a fresh clone: the README's TA commands, run exactly as written, grade lab14 end to end.
 
+This is lab14's nbgrader round trip (tests/test_nbgrader_roundtrip.py runs the other two assignments'): the
+gradebook's scores are `course grade`'s, and the feedback page shows the reasons and nothing hidden.
+
 The commands and the submission layout are read from README.md, so the two cannot drift apart. The clone
 is a copy of the tracked files (what `git clone` gives); this environment's `course` and `nbgrader` run in it
 with the clone's own code first on the path.
 """
+import csv
 import os
 import re
 import shutil
@@ -97,6 +101,8 @@ def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
     with Gradebook(f"sqlite:///{clone}/.nbgrader/gradebook.db") as gb:
         scores = {s.student.id: s.score for s in gb.find_assignment(AID).submissions}
     assert scores["alice"] == pytest.approx(total) and scores["bob"] == 0 and 0 < scores["carol"] < total
+    table = {r["submission"]: float(r["score"]) for r in csv.DictReader(open(clone / "grades.csv"))}
+    assert table == pytest.approx(scores), "nbgrader's gradebook and `course grade` disagree"
 
     feedback = (clone / ".nbgrader" / "feedback" / "carol" / AID / f"{AID}.html").read_text()
     head = page_text(feedback[:feedback.index('id="notebook"')])
