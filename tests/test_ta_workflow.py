@@ -8,6 +8,7 @@ is a copy of the tracked files (what `git clone` gives); this environment's `cou
 with the clone's own code first on the path.
 """
 import csv
+import json
 import os
 import re
 import shutil
@@ -111,6 +112,11 @@ def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
         assert item in head, f"the summary does not name {item}"
         assert f"Checks of <code>{item}</code>" in feedback
     assert head.count("is not implemented yet") == 4  # one reason per stubbed item, not one per check
+    carol = json.loads((clone / "graded" / "carol.json").read_text())
+    lost = [t for t in carol["tests"] if t["item"] == "scaled_dot_product_attention" and t["score"] < t["max_score"]]
+    assert lost, "carol's scaled Q must lose points"
+    reason = re.sub(r"\s+", " ", lost[0]["output"].splitlines()[0])
+    assert reason[:60] in page_text(feedback), reason  # the checker's own words, as course grade has them
     assert "Written response" not in feedback and "Score: 0.0 / 0.0" not in feedback and ">Comment<" not in feedback
     assert HOSTILE not in feedback and "<script>alert" not in feedback
     assert "&lt;script&gt;alert" in feedback  # what carol's code printed is there, as text
