@@ -7,7 +7,7 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the package's own checkout (or site-packages): its code, not the course
 CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
 
 
@@ -198,11 +198,34 @@ def parse_course(text, path):
         raise ConfigError("\n".join(lines)) from None
 
 
+def course_root():
+    """The course being graded: $COURSE_ROOT (`course --course DIR` sets it), else the nearest folder at or above the
+    working folder that holds course.yaml, else the package's own checkout.
+
+    The course (course.yaml, release/, the grader's cache) is where the TA works, not where the package was
+    installed: a non-editable install or a second clone grades its own course.
+    """
+    named = os.environ.get("COURSE_ROOT")
+    if named:
+        root = Path(named).expanduser().resolve()
+        if not (root / "course.yaml").is_file():
+            raise ConfigError(f"COURSE_ROOT={named}: no course.yaml there")
+        return root
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "course.yaml").is_file():
+            return folder
+    if (ROOT / "course.yaml").is_file():
+        return ROOT
+    raise ConfigError(f"no course.yaml in {here} or any folder above it: run from the course's folder, "
+                      f"or name it with --course DIR (or COURSE_ROOT)")
+
+
 @lru_cache(maxsize=4)
 def _load(path):
     return parse_course(Path(path).read_text(), path)
 
 
 def load_course(path=None):
-    """The course configuration: $COURSE_CONFIG, else course.yaml at the repository root."""
-    return _load(str(Path(path or os.environ.get("COURSE_CONFIG", ROOT / "course.yaml")).resolve()))
+    """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root())."""
+    return _load(str(Path(path or os.environ.get("COURSE_CONFIG") or course_root() / "course.yaml").resolve()))
