@@ -1,12 +1,15 @@
 """nbgrader's view of this repository: sources in assignments/, the release in release/, state in .nbgrader/."""
 import os
 
+import nbgrader.apps.autogradeapp
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, ClearMarkScheme,
-                                    ClearOutput, ClearSolutions, ComputeChecksums, IgnorePattern, IncludeHeaderFooter,
-                                    InstantiateTests, LimitOutput, LockCells, SaveAutoGrades, SaveCells)
+                                    ClearOutput, ClearSolutions, ComputeChecksums, DeduplicateIds, IgnorePattern,
+                                    IncludeHeaderFooter, InstantiateTests, LimitOutput, LockCells, OverwriteCells,
+                                    OverwriteKernelspec, SaveAutoGrades, SaveCells)
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 
-from autograder.nbgrader_plugin import FEEDBACK_TEMPLATES, FeedbackSummary, TrustedGrade
+from autograder.nbgrader_plugin import (FEEDBACK_TEMPLATES, CourseAutograde, FeedbackSummary, RepairSubmission,
+                                        TrustedGrade)
 
 here = os.path.dirname(os.path.abspath(__file__))
 state = os.path.join(here, ".nbgrader")  # git-ignored: gradebook, submissions, autograded and feedback folders
@@ -33,6 +36,14 @@ c.GenerateAssignment.preprocessors = [IncludeHeaderFooter, InstantiateTests, Loc
                                       CheckCellMetadata, ClearHiddenTests, ClearMarkScheme, ComputeChecksums,
                                       SaveCells, CheckCellMetadata]
 
+# Autograde takes a submission folder's single notebook whatever its name, and stops a student it cannot grade with
+# one line saying why (autograder/nbgrader_plugin.py). nbgrader has no setting for the class `nbgrader autograde`
+# makes, so the app's name for it is pointed at the subclass.
+nbgrader.apps.autogradeapp.Autograde = CourseAutograde
+# The submission is repaired against the release (deleted, duplicated or edited locked cells, lost metadata) before
+# nbgrader's own checks, which would otherwise score such a notebook 0; each repair is logged and in the feedback.
+c.Autograde.sanitize_preprocessors = [RepairSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec,
+                                      OverwriteCells, CheckCellMetadata]
 # Autograde: the isolated grader (one pytest session per notebook) scores the test cells instead of running the notebook in a kernel
 # (student code never runs in nbgrader's process, and a test cell's printed text cannot forge a score).
 c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,

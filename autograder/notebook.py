@@ -1,4 +1,4 @@
-"""Find a submission's code by nbgrader cell metadata: setup cells and graded cells, never by position."""
+"""Find a submission's code by nbgrader cell metadata (setup and graded cells), else by the names a cell defines."""
 import ast
 import json
 from dataclasses import dataclass, field
@@ -72,10 +72,35 @@ def extract(nb, items, setup_prefix="setup_"):
         seen[grade_id] = index
         code.cells.append(Cell(grade_id, cell_source(cell), index))
     for item in items:
-        if item not in seen and item not in code.problems:
-            code.problems[item] = (f"no cell with grade_id '{item}' in the notebook (was the graded cell deleted, "
-                                   f"or copied without its metadata?)")
+        if item in seen or item in code.problems:
+            continue
+        found = last_definition(nb.get("cells", []), item, setup_prefix)
+        if found is None:
+            code.problems[item] = (f"no cell with grade_id '{item}' in the notebook, and no cell defines '{item}' "
+                                   f"(was the graded cell deleted?)")
+            continue
+        index, source = found
+        code.notes.append(by_name_note(item, index))
+        at = next((k for k, c in enumerate(code.cells) if c.index > index), len(code.cells))  # keep notebook order
+        code.cells.insert(at, Cell(item, source, index))
     return code
+
+
+def by_name_note(item, index):
+    """The note for an item found by the name it defines (course grade and the nbgrader repair say the same)."""
+    return (f"no cell carried the nbgrader metadata of '{item}'; cell {index}, the last that "
+            f"defines '{item}', was graded")
+
+
+def last_definition(cells, name, setup_prefix="setup_"):
+    """(index, source) of the last code cell defining `name` at top level, as a run top to bottom leaves it; None."""
+    found = None
+    for index, cell in enumerate(cells):
+        if (isinstance(cell, dict) and cell.get("cell_type") == "code"
+                and not str(nbgrader_meta(cell).get("grade_id", "")).startswith(setup_prefix)
+                and name in defined_names(cell_source(cell))):
+            found = (index, cell_source(cell))
+    return found
 
 
 def load_student_code(path, items):
@@ -97,6 +122,48 @@ def parse(source):
         return ast.parse(source)
     except SyntaxError:
         return None
+
+
+def defined_names(source):
+    """The names a cell binds at top level: def, class, assignment and import targets (empty if it does not parse).
+
+    Bodies of functions and classes do not count (their names are local); top-level if/for/with/try blocks do.
+    """
+    tree = parse(source)
+    names = set()
+
+    def targets(node):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            for elt in node.elts:
+                targets(elt)
+        elif isinstance(node, ast.Starred):
+            targets(node.value)
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+                continue  # what its body binds is local to it
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    targets(target)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+                targets(node.target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name.split(".")[0]) for a in node.names if a.name != "*")
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        targets(item.optional_vars)
+            for field in ("body", "orelse", "finalbody"):  # if, for, while, with, try run at top level too
+                visit(getattr(node, field, []))
+            for handler in getattr(node, "handlers", []):
+                visit(handler.body)
+
+    visit(tree.body if tree is not None else [])
+    return names
 
 
 def fingerprint(source):
