@@ -14,15 +14,22 @@ TOP_REASONS = 5
 
 
 def load_results(folder):
-    """(name, result) for each results file in the folder, by name; files that are not results are skipped."""
+    """(name, result) for each results file under the folder, at any depth (one folder per assignment or section:
+    the name is the path below `folder`, secA/alice); files that are not results, and grader failures, are
+    skipped."""
+    folder = Path(folder)
     rows = []
-    for path in sorted(Path(folder).glob("*.json")):
+    for path in sorted(folder.rglob("*.json")):
+        rel = path.relative_to(folder)
+        if rel.name.startswith(".") or ".ipynb_checkpoints" in rel.parts:  # Jupyter's copies, not results
+            continue
         try:
             result = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(result, dict) and "tests" in result and "score" in result:
-            rows.append((path.stem, result))
+        if isinstance(result, dict) and isinstance(result.get("tests"), list) \
+                and {"score", "max_score"} <= set(result) and not result.get("extra_data", {}).get("grader_error"):
+            rows.append((rel.with_suffix("").as_posix(), result))
     return rows
 
 
@@ -64,19 +71,27 @@ def items_figure(items, means, maxima):
     return figure_png(fig)
 
 
-def experiment_figure(name, metric, values, bound, lecture):
+def experiment_figure(exp, found):
+    """One histogram per metric that matters (the experiment's own and each with a threshold), each with its
+    threshold and the lecture's figure where course.yaml gives them."""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 2.6))
-    ax.hist(values, bins=min(20, max(5, len(values))), color="C1")
-    for side in ("min", "max"):
-        if getattr(bound, side) is not None:
-            ax.axvline(getattr(bound, side), color="C3", ls="--", label=f"threshold {bound}")
-    if lecture is not None:
-        ax.axvline(lecture, color="k", ls=":", label=f"lecture {lecture:g}")
-    ax.set_xlabel(metric)
-    ax.set_ylabel("submissions")
-    ax.set_title(f"experiment {name}")
-    ax.legend(loc="best", fontsize=8)
+    metrics = [m for m in dict.fromkeys([exp.metric, *exp.threshold])
+               if any(m in f["metrics"] for f in found)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 1, 2.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        values = [f["metrics"][metric] for f in found if metric in f["metrics"]]
+        ax.hist(values, bins=min(20, max(5, len(values))), color="C1")
+        bound = exp.threshold.get(metric)
+        for side in ("min", "max"):
+            if bound is not None and getattr(bound, side) is not None:
+                ax.axvline(getattr(bound, side), color="C3", ls="--", label=f"threshold {bound}")
+        if metric in exp.lecture:
+            ax.axvline(exp.lecture[metric], color="k", ls=":", label=f"lecture {exp.lecture[metric]:g}")
+        ax.set_xlabel(metric)
+        ax.set_ylabel("submissions")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+    fig.suptitle(f"experiment {exp.name}")
     return figure_png(fig)
 
 
@@ -88,13 +103,17 @@ def assignment_section(aid, rows):
     means = [sum(s[i][0] for s in summaries.values() if i in s) / max(1, sum(i in s for s in summaries.values()))
              for i in items]
     max_total = max(r["max_score"] for _, r in rows)
-    totals = sorted(r["score"] for _, r in rows)
+    whole = [(n, r) for n, r in rows if r["max_score"] >= max_total]  # an --items result is not a total
+    totals = sorted(r["score"] for _, r in whole)
     median = totals[len(totals) // 2]
+    partial = len(rows) - len(whole)
     out = [f"<h2>{escape(aid)}</h2>",
-           f"<p>{len(rows)} submissions; mean {sum(totals) / len(totals):.1f}, median {score_text(median)} of "
+           f"<p>{len(whole)} submissions; mean {sum(totals) / len(totals):.1f}, median {score_text(median)} of "
            f"{score_text(max_total)}; {sum(t >= max_total for t in totals)} full marks, "
-           f"{sum(t == 0 for t in totals)} zero.</p>",
-           totals_figure(rows, max_total), items_figure(items, means, maxima)]
+           f"{sum(t == 0 for t in totals)} zero."
+           + (f" {partial} more graded on some items only (course grade --items): in the items' means, not in "
+              f"the totals." if partial else "") + "</p>",
+           totals_figure(whole, max_total), items_figure(items, means, maxima)]
 
     counts = {item: Counter() for item in items}
     for _, result in rows:
@@ -111,24 +130,32 @@ def assignment_section(aid, rows):
                "<p><small>Numbers in reasons are shown as # so that the same mistake counts once.</small></p>"
                "<table><tr><th>item</th><th>mean</th><th>most common reasons (submissions)</th></tr>"
                + "".join(table) + "</table>")
+    out += experiment_sections(aid, rows)
+    return "\n".join(out)
 
+
+def experiment_sections(aid, rows):
+    """Per experiment of course.yaml found in the results: what passing needs, how many did, the metrics' spread."""
     from autograder.config import load_course
-    experiments = load_course().assignment(aid).experiments if aid in load_course().assignments else {}
+    course = load_course()
+    if aid not in course.assignments:
+        return [f"<p>{escape(aid)} is not in {escape(str(course.path))}: its experiments are not shown.</p>"]
+    experiments = course.assignment(aid).experiments
     by_exp = {}
-    for name, result in rows:
+    for _, result in rows:
         for f in experiment_figures(result):
             by_exp.setdefault(f["name"], []).append(f)
-    for exp_name, found in by_exp.items():
-        exp = experiments[exp_name]
-        values = [f["metrics"][exp.metric] for f in found if exp.metric in f["metrics"]]
-        reached = sum(f["passed"] for f in found)
-        out.append(f"<h3>Experiment {escape(exp_name)}</h3><p>{escape(exp.description)}: {escape(exp.metric)} "
-                   f"needs {escape(str(exp.threshold.get(exp.metric, '')))}; reached by {reached} of {len(found)} "
-                   f"submissions, measured for {len(values)} (the others did not train).</p>")
-        if values:
-            out.append(experiment_figure(exp_name, exp.metric, values, exp.threshold.get(exp.metric),
-                                         exp.lecture.get(exp.metric)))
-    return "\n".join(out)
+    out = []
+    for name, found in by_exp.items():
+        exp = experiments[name]
+        needs = "; ".join(f"{k} {b}" for k, b in exp.threshold.items())
+        measured = sum(bool(f["metrics"]) for f in found)
+        out.append(f"<h3>Experiment {escape(name)}</h3><p>{escape(exp.description)}: passing needs "
+                   f"{escape(needs)}; reached by {sum(f['passed'] for f in found)} of {len(found)} submissions, "
+                   f"measured for {measured} (the others did not train).</p>")
+        if measured:
+            out.append(experiment_figure(exp, found))
+    return out
 
 
 STYLE = """<style>
@@ -141,16 +168,17 @@ img { display: block; margin: 0.5em 0; }
 
 
 def class_report(folder):
-    """The whole report as one HTML string; every name and message from a submission is escaped."""
+    """The whole report as one HTML string, one section per assignment found (a folder of one assignment's
+    results, or of one folder per assignment); every name and message from a submission is escaped."""
     import matplotlib
     matplotlib.use("Agg")
     rows = load_results(folder)
     if not rows:
-        raise ValueError(f"no results.json files in {folder}")
+        raise ValueError(f"no results.json files in {folder} or the folders below it")
     by_aid = {}
     for name, result in rows:
         by_aid.setdefault(result.get("extra_data", {}).get("assignment", "?"), []).append((name, result))
-    sections = [assignment_section(aid, part) for aid, part in by_aid.items()]
+    sections = [assignment_section(aid, by_aid[aid]) for aid in sorted(by_aid)]
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>" + STYLE + "</head><body>"
-            f"<h1>Class report</h1><p>{len(rows)} graded submissions from {escape(str(folder))}.</p>"
-            + "\n".join(sections) + "</body></html>")
+            f"<h1>Class report</h1><p>{len(rows)} graded submissions of {len(by_aid)} assignment(s) from "
+            f"{escape(str(folder))}.</p>" + "\n".join(sections) + "</body></html>")

@@ -53,19 +53,22 @@ def score_text(value):
     return f"{value:.1f}" if value != int(value) else f"{int(value)}"
 
 
-def grade_table(rows, items, points=None, width=WIDTH):
+def grade_table(rows, items, points=None, width=WIDTH, marks=None):
     """Per-student scores under numbered item columns, with a legend; blocks of columns so no line exceeds width.
 
-    rows are (student, result); points maps item -> its maximum (taken from the results when not given).
+    rows are (student, result); points maps item -> its maximum (taken from the results when not given); marks
+    maps a student to a word shown after the total (how `course grade --results-dir` got it: reused, merged).
     """
     if points is None:
         points = {}
         for _, result in rows:
             for item, (_, max_score, _) in item_summary(result).items():
                 points.setdefault(item, max_score)
+    marks = {s: m for s, m in (marks or {}).items() if m}
     name_w = min(24, max([len("submission")] + [len(s) for s, _ in rows])) + 2
     col_w, total_w = 6, 14
-    per_block = max(1, (width - name_w - total_w) // col_w)
+    mark_w = max([len(m) + 2 for m in marks.values()], default=0)
+    per_block = max(1, (width - name_w - total_w - mark_w) // col_w)
     legend = [f"#{k} {item} ({score_text(points[item])})" if item in points else f"#{k} {item}"
               for k, item in enumerate(items, 1)]
     # no-break spaces inside an entry, so that a line breaks only between entries
@@ -80,11 +83,13 @@ def grade_table(rows, items, points=None, width=WIDTH):
         head += f"{'total':>{total_w}}" if last else ""
         lines += ["", head, "-" * len(head)]
         for student, result in rows:
-            name = student if len(student) <= name_w - 2 else student[:name_w - 3] + "~"
+            name = student if len(student) <= name_w - 2 else (  # a name with folders keeps its end: ~secA/alice
+                "~" + student[-(name_w - 3):] if "/" in student else student[:name_w - 3] + "~")
             by_item = summaries[student]
             cells = "".join(f"{score_text(by_item[i][0]) if i in by_item else '-':>{col_w}}" for _, i in block)
             total = f"{score_text(result['score'])}/{score_text(result['max_score'])}" if last else ""
-            lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}")
+            mark = f"  {marks[student]}" if last and student in marks else ""
+            lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}{mark}")
     return "\n".join(lines)
 
 

@@ -1,22 +1,29 @@
 """Batches: results saved as each submission finishes, a killed batch resumes to the same results, any order,
-any number of workers; one bad submission never stops the rest."""
+any number of workers; one bad submission never stops the rest; a saved result is reused only for the same
+grading, and every submission has a name of its own."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder.batch import find_submissions, grade_batch
+from autograder.cli import main
+from autograder.config import load_course
 from autograder.examples import release_notebook, solved_sources, with_cells
 from tests.test_grading import planted, variant_source
 
 pytestmark = pytest.mark.grading
 AID = "lab14_transformers"
 ITEMS = "scaled_dot_product_attention,PositionalEncoding,make_memory_dataset"
+SDPA = "scaled_dot_product_attention"  # the cheapest item to grade: no experiment
+PROGRESS = re.compile(r"^\[\d+/\d+\] (.+): \S+/\S+(?: \((reused|merged)\))? \(\d+ s\)$")
 
 
 def make_batch(folder, n=14):
@@ -44,10 +51,12 @@ def make_batch(folder, n=14):
 
 
 def stable(results):
-    """A results file without its wall-clock fields (audit data that differs run to run by nature)."""
+    """A results file without its wall-clock fields (audit data that differs run to run by nature) and the results
+    folder's own bookkeeping (extra_data.grading: written only with --results-dir)."""
     def strip(r):
         r = json.loads(json.dumps(r))
         r.get("extra_data", {}).pop("seconds", None)
+        r.get("extra_data", {}).pop("grading", None)
         for t in r.get("tests", []):
             t.pop("seconds", None)
         return r
@@ -84,8 +93,12 @@ def test_killed_batch_resumes_to_the_same_results_as_an_uninterrupted_run(tmp_pa
     assert again.returncode == 0, err[-2000:]
     for name, text in done_before.items():  # earlier results are kept as they were, not regraded
         assert (tmp_path / "r2" / name).read_text() == text
-    graded_again = [line for line in err.splitlines() if line.startswith("[")]
-    assert len(graded_again) == 14
+    progress = [PROGRESS.match(line) for line in err.splitlines() if line.startswith("[")]
+    assert len(progress) == 14 and all(progress), err[-2000:]
+    reused = {m.group(1) for m in progress if m.group(2) == "reused"}
+    assert reused == {name[:-len(".json")] for name in done_before}  # what was saved is reused, the rest graded
+    marked = [name for name, cells in table_rows(out) if cells[-1] == "reused"]  # the table says which
+    assert len(marked) == len(reused) and all(any(r.startswith(m.rstrip("~")) for r in reused) for m in marked)
 
     whole_results = json.loads((tmp_path / "whole.json").read_text())
     resumed_results = json.loads((tmp_path / "resumed.json").read_text())
@@ -128,3 +141,125 @@ def test_a_grader_failure_is_reported_as_such_and_retried_not_scored_zero(tmp_pa
     monkeypatch.setattr(autograder.pytest_plugin.Sandbox, "start", real_start)
     [(name, result)] = grade_batch(subs, AID, items=ITEMS.split(","), device="cpu", results_dir=tmp_path / "r")
     assert result["score"] == result["max_score"] > 0 and (tmp_path / "r" / f"{name}.json").exists()
+
+
+def table_rows(out):
+    """[(submission, its cells)] from `course grade`'s table (one block of columns: a few items)."""
+    lines = out.split("\n\n", 2)[1].splitlines()
+    assert lines[0].startswith("submission") and set(lines[1]) == {"-"}, out[:500]
+    return [(line.split()[0], line.split()[1:]) for line in lines[2:]]
+
+
+def notebook(path, solved=()):
+    """A lab14 submission at path with `solved` items written (the reference's code), the others left as stubs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(with_cells(release_notebook(AID), solved_sources(AID, list(solved)) if solved else {}), path)
+    return path
+
+
+def graded(subs, items, results_dir, aid=AID):
+    """[(result, how)] of grade_batch on CPU, how: graded, reused or merged."""
+    how = {}
+    rows = grade_batch(subs, aid, items=items, device="cpu", results_dir=results_dir,
+                       progress=lambda done, total, name, result, got: how.__setitem__(name, got))
+    return [(result, how[name]) for name, result in rows]
+
+
+def points(item, aid=AID):
+    return load_course().assignment(aid).item_points(item)
+
+
+def test_a_full_run_never_reuses_a_partial_result_and_an_items_run_regrades_into_the_full_one(tmp_path):
+    assignment = load_course().assignment(AID)
+    subs, r = [("alice", notebook(tmp_path / "alice.ipynb", [SDPA]))], tmp_path / "r"
+    [(partial, how)] = graded(subs, [SDPA], r)
+    assert (partial["score"], partial["max_score"], how) == (points(SDPA), points(SDPA), "graded")
+
+    [(full, how)] = graded(subs, None, r)
+    assert how == "graded" and {t["item"] for t in full["tests"]} == set(assignment.items)
+    assert (full["score"], full["max_score"]) == (points(SDPA), assignment.total_points)
+    [(again, how)] = graded(subs, None, r)
+    assert how == "reused" and again == full
+
+    # an item lost to something outside the submission (a busy machine's time limit): `--items` regrades it
+    saved = json.loads((r / "alice.json").read_text())
+    for test in saved["tests"]:
+        if test["item"] == SDPA:
+            saved["score"] -= test["score"]
+            test["score"], test["output"] = 0.0, "did not finish within 60 s (time limit)"
+    (r / "alice.json").write_text(json.dumps(saved))
+    [(fixed, how)] = graded(subs, [SDPA], r)
+    assert how == "merged" and (fixed["score"], fixed["max_score"]) == (points(SDPA), assignment.total_points)
+    assert [t for t in fixed["tests"] if t["item"] != SDPA] == [t for t in saved["tests"] if t["item"] != SDPA]
+    assert json.loads((r / "alice.json").read_text()) == fixed
+    [(again, how)] = graded(subs, None, r)  # still a full result of this notebook: a full run takes it
+    assert how == "reused" and again == fixed
+
+
+def test_a_results_folder_reused_for_another_assignment_grades_again(tmp_path):
+    w8l1 = "w8l1_attention_vision"
+    w8_nb = tmp_path / w8l1 / "complete" / f"{w8l1}.ipynb"
+    w8_nb.parent.mkdir(parents=True)
+    nbformat.write(with_cells(release_notebook(w8l1), solved_sources(w8l1, ["score_dot"])), w8_nb)
+    lab_nb = notebook(tmp_path / AID / "complete" / f"{AID}.ipynb", [SDPA])
+    r = tmp_path / "graded"
+    [(w8, _)] = graded(find_submissions([tmp_path / w8l1], w8l1), ["score_dot"], r, aid=w8l1)
+    [(lab, how)] = graded(find_submissions([tmp_path / AID], AID), [SDPA], r)
+    assert w8["score"] == points("score_dot", w8l1) and w8["extra_data"]["assignment"] == w8l1
+    assert how == "graded" and lab["extra_data"]["assignment"] == AID
+    assert {t["item"] for t in lab["tests"]} == {SDPA} and lab["score"] == points(SDPA)
+
+    # the README's layout, one folder per assignment: `course report graded/` has a section for each
+    for aid, result in ((w8l1, w8), (AID, lab)):
+        (r / aid).mkdir()
+        (r / aid / "complete.json").write_text(json.dumps(result))
+    (r / "complete.json").unlink()
+    assert main(["report", str(r), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert [part.split("</h2>")[0] for part in page.split("<h2>")[1:]] == [AID, w8l1]
+
+
+def test_two_sections_with_an_alice_each_are_graded_and_shown_apart(tmp_path, capsys):
+    sec_a, sec_b = tmp_path / "secA", tmp_path / "secB"
+    notebook(sec_a / "alice" / f"{AID}.ipynb", [SDPA])
+    notebook(sec_b / "alice" / f"{AID}.ipynb")  # an empty notebook
+    r = tmp_path / "r"
+    [(a, _)] = graded(find_submissions([sec_a], AID), [SDPA], r)  # two runs, one folder: each alice her own score
+    [(b, how)] = graded(find_submissions([sec_b], AID), [SDPA], r)
+    assert a["score"] == points(SDPA) and (b["score"], how) == (0, "graded")
+
+    args = ["grade", str(sec_a), str(sec_b), "-a", AID, "--items", SDPA, "--device", "cpu", "--results-dir", str(r)]
+    assert main(args) == 0
+    rows = dict(table_rows(capsys.readouterr().out))
+    assert rows == {"secA/alice": [f"{points(SDPA):g}", f"{points(SDPA):g}/{points(SDPA):g}"],
+                    "secB/alice": ["0", f"0/{points(SDPA):g}"]}
+    assert (r / "secA" / "alice.json").exists() and (r / "secB" / "alice.json").exists()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert {name: cells[-1] for name, cells in table_rows(out)} == {"secA/alice": "reused",
+                                                                           "secB/alice": "reused"}
+    assert "0 graded, 2 reused, 0 merged" in out
+
+
+def test_a_notebook_graded_from_its_own_folder_is_named_after_it(tmp_path, monkeypatch):
+    bob = notebook(tmp_path / "bob" / f"{AID}.ipynb", [SDPA])
+    carol = notebook(tmp_path / "carol" / f"{AID}.ipynb")  # an empty notebook
+    out = tmp_path / "out"
+    monkeypatch.chdir(bob.parent)
+    assert find_submissions([f"{AID}.ipynb"], AID) == [("bob", Path(f"{AID}.ipynb"))]
+    assert find_submissions(["."], AID) == [("bob", Path(".") / f"{AID}.ipynb")]
+    [(b, _)] = graded(find_submissions([f"{AID}.ipynb"], AID), [SDPA], out)
+    monkeypatch.chdir(carol.parent)
+    [(c, how)] = graded(find_submissions([f"{AID}.ipynb"], AID), [SDPA], out)
+    assert b["score"] == points(SDPA) and (c["score"], how) == (0, "graded")
+    assert sorted(p.name for p in out.glob("*.json")) == ["bob.json", "carol.json"]
+
+
+def test_names_are_unique_and_tell_apart_what_was_found_twice(tmp_path):
+    for folder in ("2024/secA/alice", "2025/secA/alice", "secB/bob"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / f"{AID}.ipynb").write_text("{}")
+    (tmp_path / "secB" / "bob" / "draft.ipynb").write_text("{}")  # two notebooks in one student's folder
+    names = [name for name, _ in find_submissions([tmp_path / "2024/secA", tmp_path / "2025/secA", tmp_path / "secB"],
+                                                            AID)]
+    assert names == ["2024/secA/alice", "2025/secA/alice", "bob", "bob~2"]

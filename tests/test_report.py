@@ -3,7 +3,7 @@ import json
 
 from autograder.class_report import class_report, normalised
 from autograder.config import load_course
-from autograder.scoring import Outcome
+from autograder.scoring import Outcome, results_json
 from autograder.report import WIDTH, grade_table, lost_points, reason_lines
 
 AID = "w8l1_attention_vision"
@@ -11,10 +11,12 @@ LONG = ("max |out - reference| = 0.0125 at batch 1, head 3, query 7, column 12 (
         "with a padding mask that blocks the last two keys of the second sequence, where softmax must give zero")
 
 
-def result(stubbed=(), wrong=(), hostile=""):
-    """A result in grade_notebook's format (Outcome.as_test), for every item and check of course.yaml."""
-    assignment = load_course().assignment(AID)
-    tests = []
+def result(stubbed=(), wrong=(), hostile="", aid=AID, experiments=None):
+    """A result as the grader writes it (Outcome.as_test, scoring.results_json), for every item and check of
+    course.yaml; `experiments`: name -> measured metrics ({} when it did not train) or None (passed with the
+    lecture's figures), as experiments.run_experiment records them."""
+    assignment = load_course().assignment(aid)
+    outcomes = []
     for item, spec in assignment.items.items():
         for kind, points in spec.points.items():
             o = Outcome(item, kind, points)
@@ -24,9 +26,20 @@ def result(stubbed=(), wrong=(), hostile=""):
                 o.output = LONG + hostile
             else:
                 o.score, o.output = points, "ok"
-            tests.append(o.as_test())
-    return {"score": sum(t["score"] for t in tests), "max_score": sum(t["max_score"] for t in tests), "output": "",
-            "visibility": "visible", "tests": tests, "extra_data": {"assignment": AID, "notebook": "x.ipynb"}}
+            outcomes.append(o)
+        for exp in assignment.experiments_of(item):
+            if experiments is None or exp.name not in experiments:
+                continue
+            metrics = experiments[exp.name]
+            if metrics is None:  # the lecture's figures, and each threshold's bound
+                bounds = {k: b.min if b.min is not None else b.max for k, b in exp.threshold.items()}
+                metrics = {**exp.lecture, **bounds}
+            o = Outcome(item, f"experiment {exp.name}", exp.points)
+            o.extra = {"experiment": exp.name, "seed": exp.seeds[0], "metrics": metrics}
+            o.score = exp.points if metrics and not exp.failures(metrics) else 0.0
+            o.output = f"{exp.description}: {'passed' if o.score else 'missed the lecture threshold'}"
+            outcomes.append(o)
+    return results_json(outcomes, aid, "x.ipynb", "cpu", 0, "", "namespaces", 0, 1.0, [])
 
 
 def test_table_of_21_items_fits_120_columns():
@@ -76,3 +89,67 @@ def test_the_csv_keeps_a_formula_looking_name_as_text(tmp_path):
                                         ("alice", result())], items)
     names = [row[0] for row in csv.reader(open(tmp_path / "grades.csv"))][1:]
     assert names == ["'=HYPERLINK(\"http://x\",\"y\")", "'-2+3", "alice"]
+
+
+def test_class_report_shows_every_experiment_even_one_whose_metric_has_no_threshold(tmp_path):
+    """w8l1's dae_mnist is judged on dae_beats_ae, not on its own metric dae_mse: the report crashed on it."""
+    experiments = load_course().assignment(AID).experiments
+    assert any(exp.metric not in exp.threshold for exp in experiments.values())  # the case this test is about
+    measured = {name: None for name in experiments}
+    (tmp_path / "alice.json").write_text(json.dumps(result(experiments=measured)))
+    (tmp_path / "bob.json").write_text(json.dumps(result(experiments={name: {} for name in experiments})))
+    page = class_report(tmp_path)
+    for name, exp in experiments.items():
+        if exp.graded:
+            assert f"Experiment {name}</h3>" in page
+            assert f"reached by 1 of 2 submissions, measured for 1" in page.split(f"Experiment {name}</h3>")[1]
+    dae = page.split("Experiment dae_mnist</h3>")[1].split("<h3>")[0]
+    assert "passing needs dae_beats_ae &gt;= 1" in dae and "data:image/png;base64," in dae
+
+
+def test_class_report_of_a_folder_of_assignments_has_one_section_each(tmp_path):
+    """`course grade ... --results-dir graded/<id>/` for each assignment, then `course report graded/`."""
+    lab = "lab14_transformers"
+    lab_items = list(load_course().assignment(lab).items)
+    for aid, names in ((AID, ["alice", "bob"]), (lab, ["alice", "carol", "dave"])):
+        (tmp_path / aid).mkdir()
+        for name in names:
+            res = result(aid=aid, stubbed=lab_items[:1] if name == "carol" else ())
+            (tmp_path / aid / f"{name}.json").write_text(json.dumps(res))
+    (tmp_path / lab / "sectionB").mkdir()  # a second section of lab14 with its own alice
+    (tmp_path / lab / "sectionB" / "alice.json").write_text(json.dumps(result(aid=lab, stubbed=lab_items)))
+    (tmp_path / lab / ".alice.lock").write_text("")  # what a running `course grade` leaves: not a result
+    retired = result(aid=lab, experiments={"memory_task": None})
+    retired["extra_data"]["assignment"] = "lab13_retired"  # an assignment course.yaml no longer has
+    (tmp_path / "lab13_retired.json").write_text(json.dumps(retired))
+    page = class_report(tmp_path)
+    sections = {part.split("</h2>")[0]: part for part in page.split("<h2>")[1:]}
+    assert set(sections) == {AID, lab, "lab13_retired"}
+    assert "<p>1 submissions;" in sections["lab13_retired"] and "experiments are not shown" in sections["lab13_retired"]
+    assert "<p>2 submissions;" in sections[AID] and "<p>4 submissions;" in sections[lab]
+    assert "1 zero." in sections[lab]  # sectionB's alice did not replace the first section's
+    assert "7 graded submissions of 3 assignment(s)" in page
+
+
+def test_class_report_leaves_an_items_only_result_out_of_the_totals(tmp_path):
+    lab = "lab14_transformers"
+    full = result(aid=lab)
+    partial = dict(full, tests=[t for t in full["tests"] if t["item"] == "scaled_dot_product_attention"])
+    partial.update(score=sum(t["score"] for t in partial["tests"]),
+                   max_score=sum(t["max_score"] for t in partial["tests"]))
+    (tmp_path / "alice.json").write_text(json.dumps(full))
+    (tmp_path / "bob.json").write_text(json.dumps(partial))
+    page = class_report(tmp_path)
+    assert "<p>1 submissions;" in page and "1 full marks" in page
+    assert "1 more graded on some items only" in page
+
+
+def test_a_long_name_with_folders_keeps_its_end_in_the_table():
+    """Names told apart by their folders (course grade secA/ secB/) differ at the end: that part is shown."""
+    items = list(load_course().assignment(AID).items)[:3]
+    rows = [("a-section-with-a-long-name/alice", result()), ("a-section-with-a-long-name/bob", result())]
+    lines = grade_table(rows, items).splitlines()
+    dashes = next(k for k, line in enumerate(lines) if set(line) == {"-"})
+    shown = [line.split()[0] for line in lines[dashes + 1:]]
+    assert len(shown) == 2 and shown[0].endswith("-name/alice") and shown[1].endswith("-name/bob"), shown
+    assert all(name.startswith("~") and len(name) <= 24 for name in shown), shown
