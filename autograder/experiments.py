@@ -2,9 +2,23 @@
 
 Graded runs train in the sandbox with the student's parts (the harness's own loop, the grader's data) and are
 evaluated here, with the trained weights copied into the reference architecture.
+
+Whose failure is it? The student's item is scored only from the student's behaviour:
+- the harness's grader-side steps (data, build and evaluate with the reference's parts) failing is the grader's
+  failure (GraderError: no score, the cause named), MNIST missing included; so is the cache's, which never
+  costs a result (a warning instead);
+- evaluate failing on weights that training left non-finite is the student's (nothing else makes them so);
+- an exception while the harness trains in the sandbox on the student's parts is the student's when its
+  traceback has a frame in the student's cells (`<cell ...>`), when it is a limit biting, or when it is of a kind
+  a wrong part's answer can cause in the harness's own code (a wrong shape or type: the plugin's UNUSABLE, and
+  torch's own errors); any other exception there (NameError, ImportError, AssertionError, ...) with no frame of
+  the student's is the harness's, hence the grader's. A student who breaks the harness's own names (deleting a
+  builtin) therefore gets a grader failure that a TA sees, never a silent score.
 """
+import builtins
 import importlib
 import inspect
+import re
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -17,6 +31,10 @@ from autograder.notebook import fingerprint
 from autograder.sandbox import SandboxFailure, StudentRaised
 from autograder.scoring import Outcome
 from autograder.state import StateMismatch, assign_state
+
+
+class GraderError(Exception):
+    """The grader itself could not grade (not the submission's doing): report it, score nothing, rerun."""
 
 
 def harness(aid):
@@ -112,10 +130,11 @@ def experiment_inputs(code, aid, exp, seed, device, threads):
             "threads": threads or torch.get_num_threads()}  # the sandbox forks from a process with our default
 
 
-def run_experiment(course, aid, exp, code, sandbox, device, why=""):
+def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
     """Train in the sandbox with the student's parts, evaluate here with the reference's; next seed on a miss.
 
-    `why`: the reason it cannot run (its item is zeroed, or does not exist), which becomes its output.
+    `why`: the reason it cannot run (its item is zeroed, or does not exist), which becomes its output. Raises
+    GraderError when the grader's side fails; a cache that cannot be written adds a warning to `notes` (a list).
     """
     outcome = Outcome(exp.item, f"experiment {exp.name}", exp.points)
     if why or sandbox is None:
@@ -134,7 +153,9 @@ def run_experiment(course, aid, exp, code, sandbox, device, why=""):
         else:
             metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits)
             if metrics is not None or failures and "time limit" not in failures[0]:
-                cache_write(key, [metrics, failures])
+                warning = cache_write(key, [metrics, failures])
+                if warning and notes is not None and warning not in notes:
+                    notes.append(warning)
         shown = ", ".join(f"{k} {v:.4g}" + (f" (lecture {exp.lecture[k]:g})" if k in exp.lecture else "")
                           for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
         lines.append(f"seed {seed}: {shown or 'no metrics'}" + ("" if not failures else " -- " + "; ".join(failures)))
@@ -148,27 +169,75 @@ def run_experiment(course, aid, exp, code, sandbox, device, why=""):
     return outcome
 
 
+def _grader_step(exp, step, fn, *args):
+    """One of the harness's steps run here with the reference's parts: whatever it raises is the grader's."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        raise GraderError(f"experiment {exp.name}: the grader's {step} step ({fn.__module__}.{fn.__qualname__}) "
+                          f"raised {type(e).__name__}: {e}") from e
+
+
+STUDENT_FRAME = re.compile(r"\(cell [^()]*, line \d+\)$")  # where sandbox_child.describe says a student's frame raised
+LIMITS = ("wrote more than", "started more than")         # the sandbox's disk and process limits biting
+
+
+def students_training_error(message):
+    """Whether the error the harness's training in the sandbox reported is the student's doing (module doc)."""
+    from autograder.pytest_plugin import UNUSABLE  # one list of the answer's faults, the plugin's (imports us)
+    if STUDENT_FRAME.search(message) or message.startswith(LIMITS):
+        return True
+    name = message.split(":", 1)[0].strip()
+    kind = getattr(builtins, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+        return True  # torch's own errors (OutOfMemoryError, a linalg error): raised by what the parts gave it
+    return issubclass(kind, UNUSABLE + (MemoryError,))
+
+
+def _finite(tensors):
+    return all(torch.isfinite(t).all() for t in tensors if t.is_floating_point() or t.is_complex())
+
+
 def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits):
     try:
         sandbox.ensure()
-        torch.manual_seed(seed)
-        data = spec["data"](ref, exp.cfg, seed, device)
+    except SandboxFailure as e:
+        if e.kind == "sandbox":  # before any student code ran
+            raise GraderError(f"experiment {exp.name}: the sandbox could not be restarted: {e}") from e
+        return None, [f"the notebook's code could not be reloaded for training: {e}"]
+    except StudentRaised as e:
+        return None, [f"the notebook's code could not be reloaded for training: {e}"]
+    torch.manual_seed(seed)
+    data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
+    try:
         answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
                                  name=exp.name, cfg=exp.cfg, seed=seed, device=device)
         trained = sandbox.value(answer)
-        model = spec["build"](ref, exp.cfg, seed, device)
-        expected = len(model.state_dict())
-        if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
-            trained = []  # nothing that could be a model's state came back
-        try:
-            assign_state(model, trained)
-        except StateMismatch:
-            return None, ["the trained model's parameters do not have the reference architecture's shapes "
-                          f"({len(trained)} tensors, expected {expected})"]
-        model.eval()
-        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
-        return metrics, exp.failures(metrics)
     except StudentRaised as e:
+        if not students_training_error(str(e)):
+            raise GraderError(f"experiment {exp.name}: the harness's training raised {e}, with no frame of the "
+                              f"student's code (autograder/harness/{aid}.py)") from e
         return None, [f"training raised {e}"]
     except SandboxFailure as e:
+        if e.kind == "sandbox":
+            raise GraderError(f"experiment {exp.name}: the sandbox failed: {e}") from e
         return None, [f"training {e}"]
+    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
+    expected = len(model.state_dict())
+    if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
+        trained = []  # nothing that could be a model's state came back
+    try:
+        assign_state(model, trained)
+    except StateMismatch:
+        return None, ["the trained model's parameters do not have the reference architecture's shapes "
+                      f"({len(trained)} tensors, expected {expected})"]
+    model.eval()
+    if _finite(trained):
+        metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
+        return metrics, exp.failures(metrics)
+    try:  # nan or inf weights, which only the student's training makes: NaN metrics miss every threshold
+        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
+    except Exception as e:
+        return None, [f"training left weights that are not finite (nan or inf); evaluating them raised "
+                      f"{type(e).__name__}"]
+    return metrics, exp.failures(metrics)

@@ -7,6 +7,7 @@ run their sessions in worker processes (autograder/batch.py).
 """
 import pytest
 
+from autograder.experiments import GraderError
 from autograder.pytest_plugin import GRADER_FAILED, Grading, Settings, suite_path
 
 # The plugin by name (a course copy on PYTHONPATH has no entry point); the session's own terminal, cache and
@@ -19,15 +20,12 @@ IN_PROCESS = ["-p", "autograder.pytest_plugin", "-p", "no:terminal", "-p", "no:c
               "-s", "-o", "addopts=", "-W", "ignore::pytest.PytestConfigWarning"]
 
 
-class GraderError(Exception):
-    """The grader itself could not grade (not the submission's doing): report it, score nothing, rerun."""
-
-
 def grade_notebook(path, aid, items=None, device="auto", log=None, experiments=True, limits=None, threads=None):
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
-    Raises GraderError when the grader's own machinery fails (the sandbox cannot start, a suite breaks), so
-    that no one is given a zero for it, and KeyboardInterrupt when the session was interrupted.
+    Raises GraderError when the grader's own side fails (the sandbox cannot start, a suite or a harness breaks,
+    the experiments' data is missing), so that no one is given a zero for it, and KeyboardInterrupt when the
+    session was interrupted. GraderError is defined with the experiments, which raise it too.
 
     `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
     student's process's CPU threads (set when several submissions are graded at once).

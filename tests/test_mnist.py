@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autograder.config import load_course
-from autograder.mnist import MnistMissing, load_mnist, read_idx
+from autograder.mnist import MnistMissing, data_source, load_mnist, read_idx
 
 
 def write_idx(path, array, code=0x08, compress=False):
@@ -49,6 +49,15 @@ def test_a_full_folder_gives_both_splits(tmp_path):
 def test_missing_data_is_one_error_naming_the_setting(tmp_path):
     with pytest.raises(MnistMissing, match="COURSE_MNIST_DIR"):
         load_mnist(folder=tmp_path / "nowhere", download=False)
+
+
+def test_the_settings_alone_make_it_missing_as_the_grader_calls_it(tmp_path, monkeypatch):
+    """An empty COURSE_MNIST_DIR and the download off: what a fresh clone offline has (a grader failure there)."""
+    monkeypatch.setenv("COURSE_MNIST_DIR", str(tmp_path))
+    monkeypatch.setenv("COURSE_MNIST_DOWNLOAD", "0")
+    assert data_source() == ("missing", tmp_path)
+    with pytest.raises(MnistMissing, match="COURSE_MNIST_DIR"):
+        load_mnist()
 
 
 def test_the_offline_test_split_is_split_8000_2000(capsys):
