@@ -27,7 +27,11 @@ import safetensors.torch
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 UID_BASE, UID_SPAN = 200000, 50000
-UID_LEASES = Path(tempfile.gettempdir()) / "course-sandbox-uids"   # one flock per uid in use
+# One flock per uid in use, shared on purpose by every root grader of the machine (they lease from one range):
+# under /run, which only root may write, where there is one, so no other user can plant it or its files
+UID_LEASES = Path("/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()) / "course-sandbox-uids"
+SCRATCH_DIR = tempfile.gettempdir()  # where each sandbox's scratch folder is made
+UNISOLATED = ("process",)  # levels that isolate nothing: refused unless the TA allowed them
 STARTUP_SECONDS = 300  # the process importing torch before any student code runs: not the student's time
 MAX_ANSWER_BYTES = 256 * 2**20  # one answer from the student's process, tensors included
 MEMORY_POLL_SECONDS = 0.1
@@ -61,7 +65,42 @@ def as_text(text):
 
 
 def can_isolate():
+    """Root on Linux: the sandbox gets a fresh uid (and namespaces where CAP_SYS_ADMIN allows)."""
     return hasattr(os, "geteuid") and os.geteuid() == 0 and sys.platform.startswith("linux")
+
+
+def can_contain():
+    """Not root, on Linux: the sandbox tries a user namespace of its own, then Landlock."""
+    return sys.platform.startswith("linux") and os.geteuid() != 0
+
+
+def unisolated_allowed(limits):
+    """Whether the TA allowed grading without isolation (`course grade --allow-unisolated`, or course.yaml)."""
+    return os.environ.get("COURSE_ALLOW_UNISOLATED") == "1" or getattr(limits, "allow_unisolated", False)
+
+
+def import_path():
+    """The grader's sys.path for the zygote, less the course: no folder that holds the course's or the grader's
+    own files (solutions, suites, the checkout's root that an editable install or pytest puts on the path), the
+    working folder (`python -m` puts it first: a TA's batch folder, say), the home folder or the temporary
+    folder above them; what is inside the Python environment, or is an installed packages folder
+    (site-packages, even one inside the course's folder), stays."""
+    from autograder.config import ROOT, course_root
+    env = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
+    hidden = [ROOT.resolve(), course_root().resolve(), Path.cwd().resolve(), Path.home().resolve(),
+              Path(SCRATCH_DIR).resolve()]
+    out = []
+    for entry in sys.path:
+        if not entry or not os.path.exists(entry):
+            continue
+        path = Path(entry).resolve()
+        inside_env = any(path == e or e in path.parents for e in env) or \
+            bool({"site-packages", "dist-packages"} & set(path.parts))
+        holds_hidden = any(path == h or path in h.parents for h in hidden)
+        inside_course = any(h in path.parents for h in hidden[:2])
+        if inside_env or not (holds_hidden or inside_course):
+            out.append(str(path))
+    return out
 
 
 def _lease_uid():
@@ -71,13 +110,16 @@ def _lease_uid():
     the sandbox is killed by uid, so a shared uid would let one grader kill another's student.
     """
     UID_LEASES.mkdir(mode=0o700, exist_ok=True)
+    st = UID_LEASES.lstat()
+    if not UID_LEASES.is_dir() or UID_LEASES.is_symlink() or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise SandboxFailure("sandbox", f"{UID_LEASES} is not a folder of this user's alone: remove it")
     used = _uids_in_use()
     start = (os.getpid() * 7919 + time.monotonic_ns()) % UID_SPAN
     for k in range(UID_SPAN):
         uid = UID_BASE + (start + k) % UID_SPAN
         if uid in used:
             continue
-        lease = open(UID_LEASES / str(uid), "w")
+        lease = os.fdopen(os.open(UID_LEASES / str(uid), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600), "w")
         try:
             fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -99,6 +141,13 @@ def _uids_in_use():
             except OSError:
                 pass
     return out
+
+
+def _parent(pid):
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return pid
 
 
 def pids_of_uid(uid):
@@ -234,15 +283,29 @@ class Zygote:
                     self.proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
                     break  # the zygote is alive and still could not start it: no point retrying
-        raise SandboxFailure("sandbox", "the sandbox process could not be started")
+        raise SandboxFailure("sandbox", f"the sandbox process could not be started: {self.last_error()}")
 
     def _start(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
-        self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+        # its stderr (an import that fails, a monitor's traceback) goes to a file only the grader holds: the
+        # cause a failed start names
+        self.errors = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno()),
+                                      json.dumps(import_path())],
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=self.errors,
                                      env=sandbox_env(), cwd="/")
         theirs.close()
         self.sock = ours
+
+    def last_error(self):
+        """The last line of the zygote's stderr that says something (`ModuleNotFoundError: No module named ...`)."""
+        try:
+            self.errors.seek(0)
+            lines = [line.strip() for line in self.errors.read()[-8192:].decode(errors="replace").splitlines()]
+        except (AttributeError, OSError, ValueError):
+            lines = []
+        said = [line for line in lines if line and not line.startswith(("File ", "Traceback", "^", "~"))]
+        return as_text(said[-1][:300]) if said else "it wrote nothing on stderr"
 
 
 ZYGOTE = Zygote()
@@ -311,7 +374,7 @@ class Sandbox:
         self.cells, self.harness_sources = cells, harness_sources
         self.limits, self.device, self.threads = limits, device, threads
         self.isolated = can_isolate()
-        self.isolation = None   # what the sandbox process reports it got: namespaces, uid or process
+        self.isolation = None   # what the sandbox process reports it got (see sandbox_child's levels)
         self.proc = None
         self.skip = set()       # cells that hung while loading: left out of every restart
         self.load_errors = {}
@@ -322,12 +385,12 @@ class Sandbox:
     def start(self):
         # An empty folder: the sandbox's root is mounted there (in its own namespace), or, without
         # namespaces, its working folder. The sandbox's monitor removes it, whatever happens to the grader.
-        self.scratch = Path(tempfile.mkdtemp(prefix="course-sandbox-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix="course-sandbox-", dir=SCRATCH_DIR))
         self.uid, self.lease = _lease_uid() if self.isolated else (os.getuid(), None)
         if self.isolated:
             os.chown(self.scratch, self.uid, self.uid)
         os.chmod(self.scratch, 0o700)
-        cfg = {"isolate": self.isolated, "uid": self.uid, "scratch": str(self.scratch),
+        cfg = {"isolate": self.isolated, "contain": can_contain(), "uid": self.uid, "scratch": str(self.scratch),
                "disk_mb": self.limits.disk_mb, "processes": self.limits.processes,
                "env": sandbox_env(self.threads), "threads": self.threads}
         try:
@@ -337,6 +400,9 @@ class Sandbox:
             self._release_uid()
             raise
         os.set_blocking(req_w, False)  # a student who never reads cannot block the grader's writes
+        # whose processes count against the memory limit without a fresh uid: all under the sandbox's monitor
+        # (the sandbox, what it started, and its orphans: the monitor is their subreaper or init is the sandbox)
+        self.family = _parent(self.proc)
         self.req_fd, self.buf, self.memory_checked = req_w, b"", 0.0
         self.tap = OutputTap(out_r, self.limits.output_kb * 1024)
         self.tap.start()
@@ -345,6 +411,12 @@ class Sandbox:
             self.kill()
             raise SandboxFailure("sandbox", hello["fatal"])
         self.isolation = hello.get("isolation", "process")
+        if self.isolation in UNISOLATED and not unisolated_allowed(self.limits):
+            self.kill()
+            raise SandboxFailure("sandbox", "no isolation for the student's code on this machine (not root, and "
+                                 "neither user namespaces nor Landlock are allowed): it could read the course and "
+                                 "other submissions; grade as root, allow unprivileged user namespaces, or, for a "
+                                 "trusted class, pass --allow-unisolated (limits.allow_unisolated in course.yaml)")
         for module, source in self.harness_sources.items():
             self.request("harness", STARTUP_SECONDS, module=module, source=source)
         self._load_cells()
@@ -412,7 +484,7 @@ class Sandbox:
             ready = select.select([] if write else [fd], [fd] if write else [], [], min(left, MEMORY_POLL_SECONDS))
             if time.monotonic() - self.memory_checked >= MEMORY_POLL_SECONDS:
                 self.memory_checked = time.monotonic()
-                pids = pids_of_uid(self.uid) if self.isolated else [self.proc]
+                pids = pids_of_uid(self.uid) if self.isolated else {self.proc, *descendants(self.family)}
                 limit = self.limits.memory_mb * 2**20
                 # PSS walks every page table (ms per poll, which slowed a 2-thread training by 10%): only when
                 # the resident sizes, which count shared pages once per process, add up to more than the limit

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.sandbox import UID_BASE, UID_SPAN, can_isolate, descendants, processes
+from autograder.sandbox import SCRATCH_DIR, UID_BASE, UID_SPAN, can_isolate, descendants, processes
 from tests.test_batch import course_grade, stable
 
 pytestmark = [pytest.mark.grading, pytest.mark.skipif(not can_isolate(), reason="sandbox uids need root")]
@@ -38,7 +38,7 @@ def scratch_folders(uids):
     """The sandbox scratch folders of these uids (each is chowned to its sandbox's uid): other graders running
     at the same time, a parallel test run's included, have their own."""
     found = set()
-    for folder in Path("/tmp").glob("course-sandbox-*"):
+    for folder in Path(SCRATCH_DIR).glob("course-sandbox-*"):  # where Sandbox.start makes them
         try:
             if folder.stat().st_uid in uids:
                 found.add(folder)

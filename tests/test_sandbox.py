@@ -9,7 +9,7 @@ import torch
 from autograder.config import ROOT, Limits
 from autograder.student import Student
 from autograder.notebook import Cell
-from autograder.sandbox import Sandbox, SandboxFailure, StudentRaised, can_isolate, pids_of_uid
+from autograder.sandbox import Sandbox, SandboxFailure, StudentRaised, can_isolate
 
 pytestmark = pytest.mark.grading
 LIMITS = Limits(setup_seconds=60, item_seconds=20, experiment_seconds=60, memory_mb=1500, output_kb=4)
@@ -111,6 +111,7 @@ def test_the_host_network_and_files_are_out_of_reach_only_when_isolated(host_sec
     if isolate and not can_isolate():
         pytest.skip("isolation needs root on Linux")
     monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
+    monkeypatch.setenv("COURSE_ALLOW_UNISOLATED", "1")
     port, files = host_secrets
     sb = started(("setup_probe", PROBE))
     try:
@@ -170,16 +171,57 @@ def test_printed_output_is_cut_at_the_limit():
         sb.close()
 
 
+def sleepers(seconds):
+    """Live `sleep <seconds>` processes of the machine, by pid."""
+    from autograder.sandbox import processes
+    found = []
+    for pid in processes():
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", str(seconds).encode()]:
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
 @pytest.mark.skipif(not can_isolate(), reason="killing by uid needs isolation")
 def test_a_background_process_does_not_outlive_the_sandbox():
-    src = "import subprocess\ndef spawn():\n    p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n    return p.pid\n"
+    """The student's own `sleep`, in a session of its own, is seen running while the call lasts, then gone."""
+    import threading
+    seconds = 300 + os.getpid() % 1000  # this test's own sleeper, not another run's
+    src = ("import subprocess, time\ndef spawn(s):\n"
+           "    subprocess.Popen(['sleep', str(s)], start_new_session=True)\n    time.sleep(3)\n    return 0\n")
     sb = started(("spawn", src))
-    uid = sb.uid
-    ask(sb, "spawn")
-    assert pids_of_uid(uid), "the background process should be running"
-    sb.close()
+    seen = []
+    try:
+        call = threading.Thread(target=lambda: ask(sb, "spawn", seconds))
+        call.start()
+        deadline = time.monotonic() + 3
+        while not seen and time.monotonic() < deadline:
+            seen = sleepers(seconds)
+            time.sleep(0.05)
+        call.join()
+        assert seen, "the background process should have been running during the call"
+    finally:
+        sb.close()
     time.sleep(0.2)
-    assert pids_of_uid(uid) == []
+    assert sleepers(seconds) == []
+
+
+def test_a_sandbox_that_isolates_nothing_is_refused_unless_allowed(monkeypatch):
+    """The process level (no fresh uid, no namespaces, no Landlock) is a grader failure naming the way out."""
+    import autograder.sandbox as sandbox
+    monkeypatch.setattr(sandbox, "can_isolate", lambda: False)
+    monkeypatch.setattr(sandbox, "can_contain", lambda: False)
+    monkeypatch.delenv("COURSE_ALLOW_UNISOLATED", raising=False)
+    with pytest.raises(SandboxFailure, match="--allow-unisolated") as e:
+        started(("setup_a", "x = 1"))
+    assert e.value.kind == "sandbox"
+    sb = started(("setup_a", "x = 1"), limits=LIMITS.model_copy(update={"allow_unisolated": True}))
+    try:
+        assert sb.isolation == "process"
+    finally:
+        sb.close()
 
 
 def test_a_hanging_setup_cell_is_skipped_and_the_rest_loads():
@@ -298,3 +340,18 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
         sb.close()
 
 
+
+
+def test_a_sandbox_that_cannot_start_names_the_cause(monkeypatch):
+    """The zygote's own error (here: numpy not on its import path) is in the grader's message, not just
+    'could not be started'."""
+    import autograder.sandbox as sandbox
+    monkeypatch.setattr(sandbox, "ZYGOTE", sandbox.Zygote())
+    monkeypatch.setattr(sandbox, "import_path", lambda: ["/nonexistent-course-path"])
+    try:
+        with pytest.raises(SandboxFailure, match="ModuleNotFoundError: No module named 'numpy'") as e:
+            started(("setup_a", "x = 1"))
+        assert e.value.kind == "sandbox"
+    finally:
+        if sandbox.ZYGOTE.proc is not None:
+            sandbox.ZYGOTE.proc.kill()
