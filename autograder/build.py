@@ -14,12 +14,13 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.config import ROOT, load_course
+from autograder.config import ConfigError, course_root, load_course
+from autograder.kernel_client import kernel_start_lock
 from autograder.notebook import nbgrader_meta
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-PUBLIC_CHECKS = ROOT / "autograder" / "public_checks.py"   # the setup cell `setup_checks` of every notebook
+PUBLIC_CHECKS = Path(__file__).resolve().with_name("public_checks.py")  # the setup cell `setup_checks`: the package's
 
 
 def points_said(item):
@@ -72,8 +73,9 @@ def item_cell(aid, item, solved):
     return "\n".join(out).rstrip() + "\n"
 
 
-def notebook_path(aid, root=ROOT):
-    return root / "assignments" / aid / f"{aid}.ipynb"
+def notebook_path(aid, root=None):
+    """The nbgrader source notebook of `aid` in the course (course_root() unless `root` is given)."""
+    return Path(root or course_root()) / "assignments" / aid / f"{aid}.ipynb"
 
 
 def graded_cells(nb, items):
@@ -122,19 +124,15 @@ def solve(aid, out_dir=None):
     nb = nbformat.read(notebook_path(aid), as_version=4)
     for gid, cell in graded_cells(nb, assignment.items):
         cell.source = item_cell(aid, gid, solved=True).rstrip("\n")
-    out_dir = Path(out_dir or ROOT / "build" / "solved" / aid)
+    out_dir = Path(out_dir or course_root() / "build" / "solved" / aid)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{aid}.ipynb"
     nbformat.write(nb, path)
     return path
 
 
-KERNEL_START_LOCK = Path(tempfile.gettempdir()) / "course-kernel-start.lock"
-
-
 def execute(path, timeout=900, allow_errors=False, env=None):
     """Run a notebook top to bottom in a real Jupyter kernel; returns the executed notebook."""
-    import fcntl
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
@@ -149,16 +147,15 @@ def execute(path, timeout=900, allow_errors=False, env=None):
     client.km = client.create_kernel_manager()
     # its waits re-poll: a zmq poll can miss the wake-up for a reply already on the socket (kernel_client.py)
     client.km.client_class = "autograder.kernel_client.RepollingKernelClient"
-    with open(KERNEL_START_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with kernel_start_lock():  # shared by every user of the machine: the ports are the machine's
         run_sync(client.async_start_new_kernel)(env=env)
         run_sync(client.async_start_new_kernel_client)()
     client.execute()
     return nb
 
 
-# The scratch course folder runs the repository's own nbgrader_config.py (one set of nbgrader settings), with
-# its folders moved into the scratch folder; the gradebook is the repository's (registered for autograde) or a
+# The scratch course folder runs the course's own nbgrader_config.py (one set of nbgrader settings), with
+# its folders moved into the scratch folder; the gradebook is the course's (registered for autograde) or a
 # scratch one when the release goes elsewhere (a test's or the demo's copy).
 NBGRADER_CONFIG = """
 exec(open({repo_config!r}).read())
@@ -169,10 +166,20 @@ c.CourseDirectory.db_url = {db_url!r}
 """
 
 
-def gradebook_url(root=ROOT):
-    """The gradebook that the repository's nbgrader_config.py names (where `nbgrader autograde` looks)."""
+def nbgrader_config(root=None):
+    """The course's nbgrader_config.py (nbgrader reads it from the folder it runs in: the course root)."""
+    path = Path(root or course_root()) / "nbgrader_config.py"
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: it holds nbgrader's settings for the course (copy it from the course's "
+                          f"repository)")
+    return path
+
+
+def gradebook_url(root=None):
+    """The gradebook that the course's nbgrader_config.py names (where `nbgrader autograde` run there looks)."""
     from traitlets.config.loader import PyFileConfigLoader
-    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config().CourseDirectory.db_url
+    path = nbgrader_config(root)
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config().CourseDirectory.db_url
 
 
 def run_nbgrader(args, cwd):
@@ -190,7 +197,7 @@ def generate(aids, out_root, db_url=None):
     """
     work = Path(tempfile.mkdtemp(prefix="course-release-"))
     (work / "nbgrader_config.py").write_text(NBGRADER_CONFIG.format(
-        repo_config=str(ROOT / "nbgrader_config.py"), root=str(work), db_url=db_url or f"sqlite:///{work}/gradebook.db"))
+        repo_config=str(nbgrader_config()), root=str(work), db_url=db_url or f"sqlite:///{work}/gradebook.db"))
     for aid in aids:
         (work / "source" / aid).mkdir(parents=True)
         shutil.copy(notebook_path(aid), work / "source" / aid / f"{aid}.ipynb")
@@ -207,14 +214,15 @@ def generate(aids, out_root, db_url=None):
 def release(aids=None, out_root=None):
     """Sync, generate and verify the student release; raises ReleaseError listing every problem.
 
-    The repository's own release (no out_root) also registers the assignments in its nbgrader gradebook.
+    The course's own release (no out_root: release/ at the course root) also registers the assignments in its
+    nbgrader gradebook.
     """
     course = load_course()
     aids = list(aids or course.assignments)
     for aid in aids:
         sync(aid)
     db_url = None if out_root else gradebook_url()
-    out_root = Path(out_root or ROOT / "release")
+    out_root = Path(out_root or course_root() / "release")
     generate(aids, out_root, db_url)
     problems = []
     for aid in aids:

@@ -4,22 +4,21 @@ import time
 
 from autograder.batch import grade_batch
 from autograder.build import ReleaseError, release
-from autograder.config import ROOT, load_course
+from autograder.config import course_root, load_course
 from autograder.examples import write_examples
 from autograder.report import experiment_lines, grade_table, reason_lines
 
-DEMO = ROOT / "build" / "demo"
-
 
 def demo(device="auto", workers=2):
-    """Release -> examples -> grade -> table, for every assignment; 0 when everything ran."""
+    """Release -> examples -> grade -> table, for every assignment, in the course's build/demo; 0 when all ran."""
     course = load_course()
+    out = course_root() / "build" / "demo"
     t0 = time.time()
     failures = []
-    shutil.rmtree(DEMO / "results", ignore_errors=True)  # a fresh grading every run (the experiment cache stays)
+    shutil.rmtree(out / "results", ignore_errors=True)  # a fresh grading every run (the experiment cache stays)
     print("1. Building the student release with nbgrader and checking it for leaks ...", flush=True)
     try:
-        release(out_root=DEMO / "release")
+        release(out_root=out / "release")
     except ReleaseError as e:
         print(e)
         return 1
@@ -27,9 +26,9 @@ def demo(device="auto", workers=2):
     for aid, assignment in course.assignments.items():
         print(f"2. {aid}: example submissions (complete, empty, partly right, broken), graded in the sandbox",
               flush=True)
-        subs = write_examples(aid, DEMO / "submissions" / aid, release_root=DEMO / "release")
+        subs = write_examples(aid, out / "submissions" / aid, release_root=out / "release")
         t1 = time.time()
-        rows = grade_batch(subs, aid, device=device, workers=workers, results_dir=DEMO / "results" / aid)
+        rows = grade_batch(subs, aid, device=device, workers=workers, results_dir=out / "results" / aid)
         print(grade_table(rows, list(assignment.items)))
         for name, result in rows:
             print("\n".join(f"  {line}" for line in reason_lines(name, result, width=118)))
@@ -39,7 +38,7 @@ def demo(device="auto", workers=2):
         print("  experiments of the complete submission (measured by the grader's loop, lecture figure beside):")
         print("\n".join(f"    {line}" for line in experiment_lines(aid, complete)))
         print(f"  graded in {time.time() - t1:.0f} s\n", flush=True)
-    print(f"Demo finished in {time.time() - t0:.0f} s. Results (results.json per submission): {DEMO / 'results'}")
+    print(f"Demo finished in {time.time() - t0:.0f} s. Results (results.json per submission): {out / 'results'}")
     if failures:
         print("The grader itself failed on: " + "; ".join(failures))
         return 3

@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.build import item_cell
-from autograder.config import ROOT, load_course
+from autograder.config import load_course, released_notebook
 from autograder.notebook import nbgrader_meta
 
 # One typical mistake per assignment for the demo's partly-right submission: (item, reference text, wrong text).
@@ -17,7 +17,9 @@ TYPICAL_MISTAKES = {
 
 
 def release_notebook(aid, release_root=None):
-    return nbformat.read(Path(release_root or ROOT / "release") / aid / f"{aid}.ipynb", as_version=4)
+    """The student's notebook: from `release_root`, else the course's release/ (an error naming it when missing)."""
+    path = Path(release_root) / aid / f"{aid}.ipynb" if release_root else released_notebook(aid)
+    return nbformat.read(path, as_version=4)
 
 
 def with_cells(nb, sources):

@@ -5,7 +5,8 @@ import inspect
 import pytest
 
 from autograder.checks import Fail, check_signature
-from autograder.config import Bound, ConfigError, load_course, parse_course, ROOT
+from autograder.config import (Bound, ConfigError, CourseSolutions, course_root, load_course, parse_course,
+                               released_notebook, ROOT)
 
 COURSE = load_course()
 TEXT = (ROOT / "course.yaml").read_text()
@@ -124,3 +125,40 @@ def test_the_configured_thresholds_fail_just_outside_and_pass_on_the_bound():
             for key, b in exp.threshold.items():
                 outside = b.min - 1e-6 if b.min is not None else b.max + 1e-6
                 assert len(exp.failures({**on, key: outside})) == 1, (exp.name, key)
+
+
+# --- where the course is: course_root() ----------------------------------------------------------------
+
+def test_the_course_root_is_course_root_env_else_the_nearest_course_yaml_above_the_working_folder(tmp_path,
+                                                                                                  monkeypatch):
+    (tmp_path / "course.yaml").write_text(TEXT)
+    (tmp_path / "section" / "alice").mkdir(parents=True)
+    monkeypatch.delenv("COURSE_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path / "section" / "alice")
+    assert course_root() == tmp_path.resolve()
+    monkeypatch.setenv("COURSE_ROOT", str(ROOT))
+    assert course_root() == ROOT
+    monkeypatch.setenv("COURSE_ROOT", str(tmp_path / "section"))
+    with pytest.raises(ConfigError, match="no course.yaml there"):
+        course_root()
+
+
+def test_a_missing_release_names_its_path_and_the_command_that_makes_it(tmp_path, monkeypatch):
+    (tmp_path / "course.yaml").write_text(TEXT)
+    monkeypatch.setenv("COURSE_ROOT", str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        released_notebook("lab14_transformers")
+    assert str(tmp_path / "release" / "lab14_transformers" / "lab14_transformers.ipynb") in str(e.value)
+    assert "course release lab14_transformers" in str(e.value)
+
+
+def test_solutions_are_the_course_roots_when_it_has_them_else_the_installed_package(tmp_path, monkeypatch):
+    (tmp_path / "course.yaml").write_text(TEXT)
+    monkeypatch.setenv("COURSE_ROOT", str(tmp_path))
+    assert CourseSolutions().find_spec("solutions") is None  # no solutions/ there: the package's are imported
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "__init__.py").write_text("")
+    spec = CourseSolutions().find_spec("solutions")
+    assert spec.origin == str(tmp_path / "solutions" / "__init__.py")
+    assert list(spec.submodule_search_locations) == [str(tmp_path / "solutions")]
+    assert CourseSolutions().find_spec("solutions_extra") is None and CourseSolutions().find_spec("autograder") is None
