@@ -3,24 +3,29 @@ experiments, demo)."""
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from autograder.config import ConfigError, load_course
+from autograder.config import ConfigError, course_root, load_course, released_notebook
 
 
 @contextlib.contextmanager
 def progress_reporter(total):
-    """grade_batch's progress callback: a tqdm bar on a terminal's stderr, one plain line per submission otherwise."""
+    """grade_batch's progress callback: a tqdm bar on a terminal's stderr, one plain line per submission otherwise;
+    a result taken from the results folder says so ('reused')."""
     t0 = time.time()
+
+    def line(name, result, how):
+        return f"{name}: {result['score']:g}/{result['max_score']:g}" + ("" if how == "graded" else f" ({how})")
     if sys.stderr.isatty():
         from tqdm import tqdm
         bar = tqdm(total=total, unit="notebook", file=sys.stderr, dynamic_ncols=True)
 
-        def progress(done, total, name, result):
-            bar.set_postfix_str(f"{name}: {result['score']:g}/{result['max_score']:g}", refresh=False)
+        def progress(done, total, name, result, how):
+            bar.set_postfix_str(line(name, result, how), refresh=False)
             bar.update(1)
         try:
             yield progress
@@ -28,13 +33,15 @@ def progress_reporter(total):
             bar.close()
         return
 
-    def progress(done, total, name, result):
-        print(f"[{done}/{total}] {name}: {result['score']:g}/{result['max_score']:g} "
-              f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    def progress(done, total, name, result, how):
+        print(f"[{done}/{total}] {line(name, result, how)} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     yield progress
 
 
 def cmd_grade(args):
+    if args.allow_unisolated:  # read by the sandbox, in this process and in batch workers alike
+        os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
+    import textwrap
     from autograder.batch import find_submissions, grade_batch
     from autograder.report import grade_table, reason_lines, write_csv
     course = load_course()
@@ -44,18 +51,29 @@ def cmd_grade(args):
     if unknown:
         raise ConfigError(f"--items: {', '.join(unknown)} not in {args.assignment} "
                           f"(known: {', '.join(assignment.items)})")
+    released_notebook(args.assignment)  # a missing release is one clear error, not a grader failure per notebook
     subs = find_submissions(args.paths, args.assignment)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a TA's kill is a Ctrl-C: keep what is done
+    how = {}
     try:
         with progress_reporter(len(subs)) as progress:
+            def noted(done, total, name, result, got):
+                how[name] = got
+                progress(done, total, name, result, got)
             rows = grade_batch(subs, args.assignment, items=items, device=args.device, workers=args.workers,
-                               results_dir=args.results_dir, progress=progress)
+                               results_dir=args.results_dir, progress=noted)
     except KeyboardInterrupt:
         kept = f"; the finished results are in {args.results_dir}, and a rerun grades the rest" if args.results_dir else ""
         print(f"interrupted: the submissions being graded were stopped and not scored{kept}", file=sys.stderr)
         return 130
     shown = items or list(assignment.items)
-    print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}))
+    marks = {name: got for name, got in how.items() if got != "graded"}
+    print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}, marks=marks))
+    if marks:
+        counts = ", ".join(f"{sum(got == k for got in how.values())} {k}" for k in ("graded", "reused", "merged"))
+        print("\n" + textwrap.fill(f"{counts}. reused: the result saved in {args.results_dir} by the same grading "
+                                   f"(assignment, notebook content, items, grader); merged: the items asked for "
+                                   f"regraded into the saved result, whose total is shown.", 120))
     reasons = [line for name, result in rows for line in reason_lines(name, result, limit=args.reasons)]
     if reasons:
         print("\nwhy points were lost:")
@@ -122,7 +140,11 @@ def cmd_export(args):
     path = export_gradescope(args.id, args.output, device=args.device)
     print(f"{args.id}: Gradescope autograder at {path} (upload it as the assignment's autograder, or try it here: "
           f"otter run -a {path} SUBMISSION.ipynb)")
-    return 0
+    if args.check is None:
+        return 0
+    from autograder.config import released_notebook
+    from autograder.gradescope_check import check
+    return check(path, args.check or [released_notebook(args.id)], venv=args.venv)
 
 
 def cmd_report(args):
@@ -143,6 +165,8 @@ def cmd_demo(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="course", description=__doc__)
+    parser.add_argument("--course", metavar="DIR", help="the course folder (course.yaml, release/, assignments/): "
+                        "default $COURSE_ROOT, else the nearest folder at or above the working folder with course.yaml")
     sub = parser.add_subparsers(dest="verb", required=True)
 
     g = sub.add_parser("grade", help="grade submitted notebooks with the isolated grader")
@@ -153,8 +177,11 @@ def main(argv=None):
     g.add_argument("--workers", type=int, default=1)
     g.add_argument("--json", help="write results.json (one notebook) or a JSON list (several)")
     g.add_argument("--csv", help="write one row per submission")
-    g.add_argument("--results-dir", help="save each result here as it finishes; a rerun grades only what is missing")
+    g.add_argument("--results-dir", help="save each result here as it finishes; a rerun reuses a saved result only "
+                   "when it is the same grading (assignment, notebook content, items, grader), and an --items run "
+                   "regrades those items into the saved result")
     g.add_argument("--reasons", type=int, default=4, help="lost-point reasons shown per submission")
+    g.add_argument("--allow-unisolated", action="store_true", help="grade even where the sandbox can isolate nothing (a trusted class only)")
     g.set_defaults(run=cmd_grade)
 
     s = sub.add_parser("report", help="the class's view as one HTML page, from a folder of results.json files")
@@ -186,6 +213,10 @@ def main(argv=None):
     s.add_argument("id")
     s.add_argument("-o", "--output", default="autograder.zip")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--check", nargs="*", metavar="SUBMISSION", default=None,
+                   help="then grade these (default: the release) with the zip as Gradescope builds it: a fresh "
+                        "environment from its requirements, an /autograder-like root, no CAP_SYS_ADMIN")
+    s.add_argument("--venv", help="--check's environment: built here if missing, reused if present")
     s.set_defaults(run=cmd_export)
 
     s = sub.add_parser("demo", help="release, example submissions, grading and the grade table, end to end")
@@ -195,6 +226,9 @@ def main(argv=None):
 
     args = parser.parse_args(argv)
     try:
+        if args.course:  # in the environment, so that batch workers and nbgrader's processes grade the same course
+            os.environ["COURSE_ROOT"] = str(Path(args.course).expanduser().resolve())
+            course_root()  # a folder without course.yaml: an error naming it, before the verb starts
         return args.run(args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

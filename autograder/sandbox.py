@@ -418,7 +418,11 @@ class Sandbox:
                                  "other submissions; grade as root, allow unprivileged user namespaces, or, for a "
                                  "trusted class, pass --allow-unisolated (limits.allow_unisolated in course.yaml)")
         for module, source in self.harness_sources.items():
-            self.request("harness", STARTUP_SECONDS, module=module, source=source)
+            try:  # before any student code runs: a harness that cannot load is the grader's failure
+                self.request("harness", STARTUP_SECONDS, module=module, source=source)
+            except (StudentRaised, SandboxFailure) as e:
+                self.kill()
+                raise SandboxFailure("sandbox", f"the harness '{module}' could not be loaded in the sandbox: {e}") from e
         self._load_cells()
 
     def _load_cells(self):

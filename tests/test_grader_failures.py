@@ -90,6 +90,15 @@ def test_the_harness_breaking_in_the_sandbox_with_no_student_frame_is_a_grader_f
     assert "memory_task" in str(failed.value) and "NameError" in str(failed.value), str(failed.value)
 
 
+def test_a_harness_that_cannot_load_in_the_sandbox_is_a_grader_failure(tmp_path, monkeypatch):
+    import autograder.pytest_plugin as plugin
+    monkeypatch.setattr(plugin, "harness_sources", lambda aid: {aid: "raise ImportError('no such lecture module')"})
+    with pytest.raises(GraderError) as failed:
+        grade_notebook(notebook(tmp_path, LAB14), LAB14, items=["scaled_dot_product_attention"], device="cpu",
+                       experiments=False)
+    assert "harness" in str(failed.value) and "no such lecture module" in str(failed.value), str(failed.value)
+
+
 @pytest.mark.parametrize("message, students", [
     ("TypeError: forward() takes 2 positional arguments but 3 were given (cell TransformerClassifier, line 12)", True),
     ("NameError: name 'undefined' is not defined (cell AutoEncoder, line 3)", True),
