@@ -1,5 +1,9 @@
 """course.yaml: load, validate, and answer questions about points, limits and experiments."""
+import importlib.abc
+import importlib.util
 import os
+import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
@@ -9,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 ROOT = Path(__file__).resolve().parent.parent  # the package's own checkout (or site-packages): its code, not the course
 CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")  # module.attribute[.attribute...]
 
 
 class ConfigError(ValueError):
@@ -27,6 +32,7 @@ class Limits(Strict):
     output_kb: int = Field(64, gt=0)
     disk_mb: int = Field(256, gt=0)
     processes: int = Field(256, gt=0)
+    allow_unisolated: bool = False  # grade where the sandbox gets no isolation at all (a trusted class only)
 
 
 class LimitOverrides(Strict):
@@ -136,6 +142,27 @@ class Assignment(Strict):
         return [e for e in self.experiments.values() if e.item == item and e.graded]
 
 
+class Gradescope(Strict):
+    """`course export gradescope`: the limits its zip grades with, so that grading fits Gradescope's container."""
+    timeout_minutes: float = Field(20, gt=0)     # the autograder timeout to set on Gradescope (README)
+    budget_seconds: float = Field(900, gt=0)     # grading starts no item whose worst case would end past this
+    container_memory_mb: int = Field(3072, gt=0)  # the container's memory to choose on Gradescope (README)
+    limits: LimitOverrides = LimitOverrides()    # replace the course's `limits` in the zip's course.yaml
+
+    @model_validator(mode="after")
+    def fits_the_container(self):
+        # Otter's start, the kernel and results.json need the rest of the timeout; past it the student gets 0
+        # with no feedback at all
+        if self.budget_seconds > self.timeout_minutes * 60 - 60:
+            raise ValueError(f"budget_seconds ({self.budget_seconds:g}) must leave at least a minute of "
+                             f"timeout_minutes ({self.timeout_minutes:g} min) for Otter and results.json")
+        # the sandbox's own memory limit must trigger before the container's OOM killer picks the grader
+        if self.limits.memory_mb is not None and self.limits.memory_mb > self.container_memory_mb - 1024:
+            raise ValueError(f"limits.memory_mb ({self.limits.memory_mb}) must stay 1024 MB below "
+                             f"container_memory_mb ({self.container_memory_mb}): the grader and torch need it")
+        return self
+
+
 class Data(Strict):
     mnist_dir: str
     mnist_download: bool = True
@@ -147,8 +174,27 @@ class Course(Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int
     limits: Limits = Limits()
+    gradescope: Gradescope = Gradescope()
     assignments: dict[str, Assignment]
+    # oracle name (an item's `from_scratch`) -> the dotted paths of the functions it stands for, watched in the sandbox
+    oracles: dict[str, list[str]] = Field({}, validate_default=True)
     path: Path = ROOT / "course.yaml"
+
+    @field_validator("oracles")
+    @classmethod
+    def oracles_cover_from_scratch(cls, oracles, info):
+        for name, paths in oracles.items():
+            bad = [p for p in paths if not DOTTED.fullmatch(p)]
+            if not paths or bad:
+                raise ValueError(f"{name}: needs a list of dotted paths such as torch.nn.functional.mse_loss "
+                                 f"(got {bad or 'none'})")
+        for aid, a in (info.data.get("assignments") or {}).items():
+            for item, spec in a.items.items():
+                missing = [n for n in spec.from_scratch if n not in oracles]
+                if missing:
+                    raise ValueError(f"assignments.{aid}.items.{item}.from_scratch names {', '.join(missing)}, "
+                                     f"which `oracles` does not list (the sandbox would watch nothing for it)")
+        return oracles
 
     @model_validator(mode="after")
     def name_assignments(self):
@@ -229,3 +275,39 @@ def _load(path):
 def load_course(path=None):
     """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root())."""
     return _load(str(Path(path or os.environ.get("COURSE_CONFIG") or course_root() / "course.yaml").resolve()))
+
+
+def released_notebook(aid):
+    """release/<aid>/<aid>.ipynb at the course root: its setup cells are the trusted ones, so grading needs it."""
+    root = course_root()
+    path = root / "release" / aid / f"{aid}.ipynb"
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: the released notebook's setup cells are what a submission is graded "
+                          f"with; build it with `course release {aid}` in {root} (or name the course with --course)")
+    return path
+
+
+class CourseSolutions(importlib.abc.MetaPathFinder):
+    """`import solutions` finds the course root's solutions/ when it has one, else the installed package.
+
+    The reference solutions are the course's, as course.yaml and release/ are: `course sync` writes them into the
+    course's notebooks, and a second clone whose instructor edited solutions/ must grade against those. Found at
+    import time from course_root() (COURSE_ROOT or the working folder), which batch workers (spawned processes)
+    work out the same way. Not by putting the course root on sys.path: a spawned worker would then import the
+    course folder's copy of `autograder` too, and grade with other code than its parent.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "solutions":
+            return None  # solutions.<aid> is found through the package's __path__, the folder chosen here
+        try:
+            folder = course_root() / "solutions"
+        except ConfigError:
+            return None
+        init = folder / "__init__.py"
+        return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)]) \
+            if init.is_file() else None
+
+
+if not any(isinstance(f, CourseSolutions) for f in sys.meta_path):
+    sys.meta_path.insert(0, CourseSolutions())

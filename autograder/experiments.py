@@ -116,9 +116,10 @@ def format_row(exp, result):
             f"[{result.seconds:.1f} s, seed {result.seed}] {verdict}")
 
 
-def experiment_inputs(code, aid, exp, seed, device, threads):
+def experiment_inputs(code, aid, exp, seed, device, threads, watched=None):
     """Everything that can change one experiment's result: the code as it runs (not as laid out), the grader,
-    harness, solutions, config, seed, device, torch, the data's source and the sandbox's CPU threads."""
+    harness, solutions, config, seed, device, torch, the data's source, the sandbox's CPU threads and the oracles
+    watched while it trains (course.yaml's `oracles`, through scoring.tripwire_table)."""
     data = ""
     if "load_mnist" in harness_sources(aid)[aid]:  # only the MNIST harness reads data that may come two ways
         from autograder.mnist import data_source
@@ -127,7 +128,8 @@ def experiment_inputs(code, aid, exp, seed, device, threads):
     return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "grader": grader_digest(),
             "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")), "cfg": exp.cfg,
             "seed": seed, "device": device, "torch": torch.__version__, "data": data,
-            "threads": threads or torch.get_num_threads()}  # the sandbox forks from a process with our default
+            "threads": threads or torch.get_num_threads(),  # the sandbox forks from a process with our default
+            "watched": watched}
 
 
 def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
@@ -144,7 +146,8 @@ def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
     limits = course.limits_for(aid, exp.item)
     lines, t0 = [], time.monotonic()
     for seed in exp.seeds:
-        key = experiment_key(experiment_inputs(code, aid, exp, seed, device, sandbox.threads))
+        key = experiment_key(experiment_inputs(code, aid, exp, seed, device, sandbox.threads,
+                                                     getattr(sandbox, "tripwire", None)))
         cached = cache_read(key)
         if cached is not None:
             metrics, failures = cached

@@ -21,17 +21,18 @@ import torch
 
 from autograder.cache import atomic_write
 from autograder.checks import Fail, check_signature
-from autograder.config import CHECK_ORDER, ROOT, ConfigError, load_course
-from autograder.experiments import harness_sources, reference_parts, resolve_device, run_experiment
+from autograder.config import CHECK_ORDER, ConfigError, load_course, released_notebook
+from autograder.experiments import GraderError, harness_sources, reference_parts, resolve_device, run_experiment
 from autograder.notebook import load_student_code, restore_setup_cells
 from autograder.sandbox import Fresh, Opaque, Remote, Sandbox, SandboxFailure, Seeded, StudentRaised
-from autograder.scoring import NOT_IMPLEMENTED, Outcome, results_json, scratch_violation, seed_for, zero_reason
+from autograder.scoring import (NOT_IMPLEMENTED, Outcome, results_json, scratch_violation, seed_for, tripwire_table,
+                                zero_reason)
 from autograder.student import Student
 
 __all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "suite_path", "suite_checks", "Settings", "Grading", "GRADER_FAILED"]
 
 GRADER_FAILED = 70  # a session's exit code when the grader itself failed (EX_SOFTWARE): nothing was scored, rerun
-SUITES = ROOT / "autograder" / "suites"
+SUITES = Path(__file__).resolve().with_name("suites")  # the package's own, wherever it is installed
 # What came back has the wrong structure for the check (a tensor where a pair was due): the answer's fault.
 UNUSABLE = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RuntimeError)
 
@@ -173,6 +174,8 @@ class Grading:
         self.sandbox, self.code, self.aid = None, None, None
         self.started, self.current_item = False, None
         self.results, self.grader_error = None, ""
+        self.ta_notes = []      # the grader's warnings for the TA (extra_data.notes), never in a student's output
+        self.asked_before = 0   # the sandbox's request count as the running test's call began (judge)
         self.t0 = time.monotonic()
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
@@ -234,7 +237,12 @@ class Grading:
         self.course = course
         self.wanted = [i for i in self.assignment.items if s.items is None or i in s.items]
         self.code = load_student_code(s.submission, list(self.assignment.items))
-        restore_setup_cells(self.code, ROOT / "release" / self.aid / f"{self.aid}.ipynb")
+        try:  # the released setup cells replace the submission's: without them a student's edits would be graded
+            released = released_notebook(self.aid)
+        except ConfigError as e:
+            self.grader_error = str(e)
+            raise pytest.UsageError(self.grader_error) from None
+        restore_setup_cells(self.code, released)
         self.notes = list(self.code.notes)
 
     # --- the sandbox: started once, at the first test ----------------------------------------------
@@ -246,7 +254,8 @@ class Grading:
         if self.code.error:
             return
         sandbox = Sandbox(self.code.cells, harness_sources(self.aid), self.course.limits_for(self.aid),
-                          device=self.device, threads=self.settings.threads)
+                          device=self.device, threads=self.settings.threads,
+                          tripwire=tripwire_table(self.course, self.assignment))
         try:
             try:
                 sandbox.start()
@@ -283,7 +292,8 @@ class Grading:
         item, kind = check_of(test)
         spec, state = self.assignment.items[item], self.state_of(item)
         student = Student(self.sandbox, item, self.device, state.deadline, watch=spec.from_scratch,
-                          limit_s=self.course.limits_for(self.aid, item).item_seconds)
+                          limit_s=self.course.limits_for(self.aid, item).item_seconds,
+                          tripwire=tripwire_table(self.course, self.assignment))
         student.seed = seed_for(self.course.seed, self.aid, item, kind)
         self.students[test.nodeid] = student
         return student
@@ -307,7 +317,12 @@ class Grading:
             t0 = time.monotonic()
             try:  # restarting after an earlier item's crash is the grader's time, not this item's
                 self.sandbox.ensure()
-            except (SandboxFailure, StudentRaised) as e:
+            except SandboxFailure as e:
+                if e.kind == "sandbox":  # the grader's own process or harness: never the student's zero
+                    self.grader_error = f"the sandbox could not be restarted: {e}"
+                    pytest.exit(self.grader_error, returncode=GRADER_FAILED)
+                state.problem = f"the notebook's code could not be reloaded: {e}"
+            except StudentRaised as e:
                 state.problem = f"the notebook's code could not be reloaded: {e}"
             state.deadline += time.monotonic() - t0
         if state.problem:
@@ -323,7 +338,8 @@ class Grading:
             ready = not state.zeroed and (exists.score > 0 if (item, "exists") in self.selected else not state.problem)
             outcome = run_experiment(self.course, self.aid, test.experiment, self.code, self.sandbox, self.device,
                                      why=state.zeroed or ("" if ready else
-                                                          f"not run: '{item}' must exist and be implemented first"))
+                                                          f"not run: '{item}' must exist and be implemented first"),
+                                     notes=self.ta_notes)
             self.outcomes[(item, kind)] = outcome
             if outcome.score < outcome.max_score:
                 raise Fail(outcome.output)
@@ -331,7 +347,8 @@ class Grading:
             info = self.student_for(test).signature(item, methods=list(spec.methods))
             check_signature(item, spec.signature, info, spec.methods)
         else:
-            raise Fail(f"no {kind} check is defined for '{item}' (grader configuration)")
+            # course.yaml gives the kind points but the suite has no test for it: never the student's zero
+            raise GraderError(f"course.yaml gives {kind} of '{item}' points, but the suite has no check of it")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -348,14 +365,30 @@ class Grading:
             if output is not None and not report.passed:
                 report.longrepr = output
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item):
+        self.asked_before = self.sandbox.next_id if self.sandbox is not None else 0
+
+    def asked_student(self):
+        """Whether the running test's call has sent the student's code anything (and so may hold its answer)."""
+        return self.sandbox is not None and self.sandbox.next_id > self.asked_before
+
     def judge(self, test, call):
-        """Score one test's call: its outcome, the item rules it triggers, and the message a student reads."""
+        """Score one test's call: its outcome, the item rules it triggers, and the message a student reads.
+
+        The student's only when the student's code did it: a checker's Fail, the student's code raising or
+        hitting a limit, or an answer the check cannot use (UNUSABLE, raised after the student's code was asked);
+        anything else, an experiment's included, is the grader's failure (fail_session), and nobody is scored.
+        """
         name, kind = check_of(test)
         state, student = self.states[name], self.students.pop(test.nodeid, None)
         label = student.label if student else ""
         on_case = f" on case: {label}" if label else ""
         e = call.excinfo.value if call.excinfo else None
         if isinstance(test, GeneratedCheck) and test.experiment is not None:
+            if e is not None and not isinstance(e, Fail):  # run_experiment scores all the student did: not this
+                self.fail_session(test, call)
+                return None
             return e and str(e)  # run_generated has stored the experiment's own outcome
         outcome = self.outcomes[(name, kind)]
         if e is None:
@@ -367,13 +400,13 @@ class Grading:
         elif isinstance(e, StudentRaised):
             outcome.not_implemented |= str(e).startswith(NOT_IMPLEMENTED)
             output = f"'{name}' raised {e}{on_case}"
-        elif isinstance(e, SandboxFailure):
+        elif isinstance(e, SandboxFailure) and e.kind != "sandbox":  # "sandbox": the grader's own process failed
             output = f"'{name}' {e}{on_case}"
             if e.kind == "timeout":
                 state.problem = f"'{name}' ran out of its {self.course.limits_for(self.aid, name).item_seconds:g} s time limit"
             elif e.kind == "memory":
                 state.problem = f"an earlier check {e.kind}: {e}"
-        elif isinstance(e, UNUSABLE):
+        elif isinstance(e, UNUSABLE) and self.asked_student():  # before any answer, it can only be the suite's
             output = f"'{name}' returned something this check cannot use ({type(e).__name__}: {str(e)[:150]}){on_case}"
         else:  # the suite itself broke: a grader failure, never the student's zero
             self.fail_session(test, call)
@@ -427,7 +460,7 @@ class Grading:
         outcomes = [o for key, o in self.outcomes.items() if key in self.selected]
         self.results = results_json(outcomes, self.aid, self.settings.submission, self.device, self.course.seed,
                                     self.code.error or "; ".join(self.notes), isolation, restarts,
-                                    time.monotonic() - self.t0, self.notes)
+                                    time.monotonic() - self.t0, self.notes + self.ta_notes)
         if self.settings.results_json:
             atomic_write(self.settings.results_json, json.dumps(self.results, indent=1))
 

@@ -370,9 +370,10 @@ class OutputTap(threading.Thread):
 class Sandbox:
     """One student's process: start, request, and kill; restarts itself after a failure."""
 
-    def __init__(self, cells, harness_sources, limits, device="cpu", threads=None):
+    def __init__(self, cells, harness_sources, limits, device="cpu", threads=None, tripwire=None):
         self.cells, self.harness_sources = cells, harness_sources
         self.limits, self.device, self.threads = limits, device, threads
+        self.tripwire = tripwire  # scoring.tripwire_table: the oracles watched before any of the student's cells loads
         self.isolated = can_isolate()
         self.isolation = None   # what the sandbox process reports it got (see sandbox_child's levels)
         self.proc = None
@@ -392,7 +393,7 @@ class Sandbox:
         os.chmod(self.scratch, 0o700)
         cfg = {"isolate": self.isolated, "contain": can_contain(), "uid": self.uid, "scratch": str(self.scratch),
                "disk_mb": self.limits.disk_mb, "processes": self.limits.processes,
-               "env": sandbox_env(self.threads), "threads": self.threads}
+               "env": sandbox_env(self.threads), "threads": self.threads, "tripwire": self.tripwire}
         try:
             self.proc, (req_w, self.resp_fd, out_r, self.status_fd, self.life_fd) = ZYGOTE.spawn(cfg)
         except SandboxFailure:

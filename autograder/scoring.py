@@ -2,8 +2,10 @@
 
 The rules, in the order they apply to an item:
 1. a check passes or fails on its own, with the checker's message (and the case it failed on);
-2. a from-scratch item whose cell names its oracle, or whose code called it while checked, scores 0 on every
-   check and experiment, with that one reason;
+2. a from-scratch item whose cell names its oracle, or whose code called it while checked (any function course.yaml's
+   `oracles` lists for the name, however reached: the sandbox watches the functions themselves, see
+   autograder/sandbox_child.py Tripwire), scores 0 on every check and experiment, with that one reason; its
+   experiment's training calling it fails that experiment;
 3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
 """
 import hashlib
@@ -60,12 +62,21 @@ def scratch_violation(spec, source):
     return next((oracle for oracle in spec.from_scratch if oracle in names), "")
 
 
+def tripwire_table(course, assignment):
+    """What the sandbox watches for an assignment: {"oracles": name -> dotted paths, "scratch": item -> names,
+    "experiments": experiment -> item}, only for the oracles its from-scratch items name."""
+    scratch = {item: list(spec.from_scratch) for item, spec in assignment.items.items() if spec.from_scratch}
+    names = {name for names in scratch.values() for name in names}
+    return {"oracles": {name: list(course.oracles[name]) for name in sorted(names)}, "scratch": scratch,
+            "experiments": {e.name: e.item for e in assignment.experiments.values() if e.item in scratch}}
+
+
 def zero_reason(item, oracle_used, not_implemented):
     """Why every check of the item scores 0 (rules 2 and 3), or ''."""
     if oracle_used:
         # a from-scratch item that calls its oracle has shown nothing of its own, whatever else passed or failed
-        return (f"'{item}' uses {oracle_used}; this item is written from scratch, so the PyTorch oracle it is "
-                f"compared with may not be called (the whole item scores 0)")
+        return (f"'{item}' uses {oracle_used}; this item is written from scratch, so the oracle it is compared "
+                f"with may not be called, however it is reached (the whole item scores 0)")
     if not_implemented:
         return f"'{item}' is not implemented yet (it raises NotImplementedError)"
     return ""

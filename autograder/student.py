@@ -1,7 +1,9 @@
 """The student's namespace seen from the grader: every call crosses into the sandbox and comes back as data.
 
 A suite gets one `student` per test (the `student` fixture): bound to the item the test scores, its seed and
-the item's deadline, over the one sandbox of the grading session.
+the item's deadline, over the one sandbox of the grading session. Every request carries the from-scratch table
+(autograder.scoring.tripwire_table), which the sandbox takes once and watches from then on; a call of the item
+carries the oracles it may not use (`watch`), and its answer the ones it called (`oracle_calls`).
 """
 import time
 
@@ -12,9 +14,10 @@ from autograder.sandbox import Remote, SandboxFailure, encode
 class Student:
     """The student's namespace, seen from the grader: every call crosses into the sandbox."""
 
-    def __init__(self, sandbox, item, device, deadline, watch=(), limit_s=None):
+    def __init__(self, sandbox, item, device, deadline, watch=(), limit_s=None, tripwire=None):
         self.sandbox, self.item, self.device = sandbox, item, device
         self.deadline, self.watch, self.label = deadline, list(watch), ""
+        self.tripwire = tripwire  # {"oracles", "scratch", "experiments"}: what the sandbox watches, and for whom
         self.limit_s = limit_s  # the item's whole time limit, which a timeout names
         self.oracle_calls = set()
         self.seed = 0
@@ -29,14 +32,21 @@ class Student:
             raise SandboxFailure("timeout", "ran out of its time limit")
         return left
 
+    def _request(self, op, tensors, fields):
+        """One request within the item's deadline; the oracles the answer says the item called are kept."""
+        if self.tripwire:
+            fields = {**fields, "tripwire": self.tripwire}
+        answer = self.sandbox.request(op, self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed, **fields)
+        self.oracle_calls.update(answer.get("oracle_calls", []))
+        return answer
+
     def _ask(self, op, fields, args=(), kwargs=None, raw=False):
         tensors = {}
         fields = dict(fields)
         if args or kwargs:
             fields["args"] = encode(list(args), tensors, self.device)["list"]
             fields["kwargs"] = encode(dict(kwargs or {}), tensors, self.device)["dict"]
-        answer = self.sandbox.request(op, self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed, **fields)
-        self.oracle_calls.update(answer.get("oracle_calls", []))
+        answer = self._request(op, tensors, fields)
         return answer if raw else self.sandbox.value(answer)
 
     def _target(self, target):
@@ -65,14 +75,11 @@ class Student:
         fields = {"args": enc_args, "kwargs": encode(dict(kwargs), tensors, self.device)["dict"],
                   "grad": {"wrt": list(wrt), "upstream": ups}, "watch": self.watch}
         fields.update({"handle": name.handle, "method": method} if isinstance(name, Remote) else {"name": name})
-        answer = self.sandbox.request("call", self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed,
-                                      **fields)
-        self.oracle_calls.update(answer.get("oracle_calls", []))
-        return self.sandbox.value(answer)
+        return self.sandbox.value(self._request("call", tensors, fields))
 
     def new(self, name, *args, **kwargs):
         """An instance of the student's class, built with the grader's seed on self.device."""
-        obj = self._ask("new", {"name": name, "device": self.device}, args, kwargs)
+        obj = self._ask("new", {"name": name, "device": self.device, "watch": self.watch}, args, kwargs)
         if not isinstance(obj, Remote):
             raise Fail(f"'{name}(...)' gave {obj!r}, expected a torch.nn.Module")
         return obj
@@ -85,8 +92,7 @@ class Student:
     def load_state(self, obj, tensors):
         """Copy tensors into the module's state_dict() entries, by order and shape."""
         named = {f"p{k}": t for k, t in enumerate(tensors)}
-        self.sandbox.request("load_state", self._left(), tensors=named, limit_s=self.limit_s, handle=obj.handle,
-                             keys=list(named))
+        self._request("load_state", named, {"handle": obj.handle, "keys": list(named)})
 
     def attr(self, target, attr):
         return self._ask("attr", {**self._target(target), "attr": attr})

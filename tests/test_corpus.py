@@ -115,14 +115,37 @@ def kernelspec(nb, folder):
     nb.metadata["kernelspec"] = {"name": "conda-env-dl-py", "display_name": "Python [conda env:dl]", "language": "python"}
 
 
+def pwned(folder):
+    """Where the shipped pickle leaves its mark: beside the submission's folder, on the grader's machine. The
+    sandbox sees neither folder (isolated: its own root and /tmp), so the mark shows the grader unpickling a
+    submitted file, or the sandbox writing outside itself; a mark in /tmp would not (an isolated sandbox has
+    its own /tmp, and a process-level one may write the machine's /tmp anyway)."""
+    return folder.parent / "pwned-by-corpus"
+
+
+def pickle_payload(folder):
+    """The classic pickle that runs a command when unpickled: it touches pwned(folder)."""
+    return b"cos\nsystem\n(S'touch " + str(pwned(folder)).encode() + b"'\ntR."
+
+
 def ship_pickle(nb, folder):
-    import pickle
-    payload = b"cos\nsystem\n(S'touch /tmp/pwned-by-corpus'\ntR."  # the classic pickle that runs a command
-    (folder / "results.pkl").write_bytes(payload)
-    (folder / "model.pt").write_bytes(payload)
-    assert pickle  # (never unpickled here either)
+    (folder / "results.pkl").write_bytes(pickle_payload(folder))  # never unpickled here either
+    (folder / "model.pt").write_bytes(pickle_payload(folder))
 
 
+def oracle_without_mask(expr, at_load=""):
+    """The solved attention, returning `expr`(Q, K, V) when there is no mask; `at_load` runs as its cell loads."""
+    def edit(nb, folder):
+        replace(SDPA, "    d_k = Q.size(-1)\n",
+                "    d_k = Q.size(-1)\n    if mask is None:\n        out = " + expr + "(Q, K, V)\n"
+                "        return out, torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), -1)\n")(nb, folder)
+        if at_load:
+            append(SDPA, at_load)(nb, folder)
+    return edit
+
+
+BUILT = "getattr(F, 'scaled_dot_' + 'product_attention')"  # no oracle name in the code: the static scan sees nothing
+FROM_SCRATCH = r"uses scaled_dot_product_attention; this item is written from scratch"
 WRONG_SDPA = ("/ math.sqrt(d_k)", "")
 WRONG_LOST = {SDPA: 3, "manual_multihead": 2}  # values and gradients; manual_multihead uses the same attention
 SOLUTIONS = ROOT / "solutions" / f"{AID}.py"
@@ -151,7 +174,8 @@ CORPUS = [
                                                         "    return None\n"),
          {}, None, note=r"'make_memory_dataset' appears in cells \d+ and \d+; the later one is graded"),
     case("graded_cell_moved_to_the_end", move_to_end(MMD), {}),
-    case("graded_cell_renamed", rename_grade_id(MMD, "my_dataset"), {MMD: 4}, r"no cell with grade_id"),
+    case("graded_cell_renamed", rename_grade_id(MMD, "my_dataset"), {}, None,
+         note=r"no cell carried the nbgrader metadata of 'make_memory_dataset'; cell \d+, the last that defines"),
     case("graded_cell_turned_into_markdown", to_markdown(MMD), {MMD: 4}, r"is a markdown cell, not a code cell"),
     case("ipython_magics_and_shell_escapes", append(MMD, "%matplotlib inline\n!pip install --no-index nothing"), {}),
     case("notebook_renamed", lambda nb, folder: None, {}, file_name="Lab14 (final) copy.ipynb"),
@@ -229,16 +253,19 @@ CORPUS = [
                                                     "    if seed != 0:\n"
                                                     "        return torch.zeros(n_samples, seq_len, 1), torch.zeros(n_samples, 1)"),
          {MMD: 2}, r"X\[:, 0, 0\] must be the \+-1 marker"),
-    case("calls_the_oracle_in_a_from_scratch_item", replace(
-        SDPA, "    d_k = Q.size(-1)\n",
-        "    d_k = Q.size(-1)\n    if mask is None:\n        out = F.scaled_dot_product_attention(Q, K, V)\n"
-        "        return out, torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), -1)\n"),
-         {SDPA: 5}, r"uses scaled_dot_product_attention; this item is written from scratch"),
-    case("calls_the_oracle_through_getattr", replace(
-        SDPA, "    d_k = Q.size(-1)\n",
-        "    d_k = Q.size(-1)\n    if mask is None:\n        out = getattr(F, 'scaled_dot_' + 'product_attention')(Q, K, V)\n"
-        "        return out, torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), -1)\n"),
-         {SDPA: 5}, r"uses scaled_dot_product_attention"),
+    case("calls_the_oracle_in_a_from_scratch_item", oracle_without_mask("F.scaled_dot_product_attention"),
+         {SDPA: 5}, FROM_SCRATCH),
+    # the oracle reached without its name: the sandbox watches the function itself (sandbox_child.py Tripwire)
+    case("calls_the_oracle_through_getattr", oracle_without_mask(BUILT), {SDPA: 5}, FROM_SCRATCH),
+    case("stores_the_oracle_under_a_built_name_while_loading", oracle_without_mask("_attn", f"_attn = {BUILT}"),
+         {SDPA: 5}, FROM_SCRATCH),
+    case("imports_the_oracle_with_importlib_while_loading", oracle_without_mask(
+        "_attn", "import importlib\n_attn = getattr(importlib.import_module('torch.nn.' + 'functional'), "
+                 "'scaled_dot_' + 'product_attention')"), {SDPA: 5}, FROM_SCRATCH),
+    case("calls_the_oracle_through_torch_C", oracle_without_mask(
+        "getattr(torch._C._nn, 'scaled_dot_' + 'product_attention')"), {SDPA: 5}, FROM_SCRATCH),
+    case("calls_the_oracle_through_torch_ops", oracle_without_mask(
+        "getattr(torch.ops.aten, 'scaled_dot_' + 'product_attention')"), {SDPA: 5}, FROM_SCRATCH),
     case("reads_the_solutions_from_disk", prepend_body(
         MMD, f"ns = {{}}\nexec(open({str(SOLUTIONS)!r}).read(), ns)\nreturn ns['make_memory_dataset'](n_samples, seq_len, seed)"),
          {MMD: 3}, r"(FileNotFoundError|No such file|PermissionError)", isolated=True),
@@ -351,11 +378,20 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
     assert all(len(t["output"]) < 2000 for t in result["tests"]), "feedback must stay short"
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", json.dumps(result, ensure_ascii=False)
                          .replace("\\n", "")), "control characters must reach people as text"
-    assert not Path("/tmp/pwned-by-corpus").exists()
+    assert not pwned(folder).exists(), "a pickle the submission shipped was unpickled outside the sandbox"
     assert not (ROOT / "release" / "x.txt").exists() and not (ROOT / ".grader" / "cache" / "x.json").exists()
     if "['sleep', '600']" in json.dumps(nb):  # only this case starts one (others may run beside it)
         assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 600"], \
             "a process the submission started outlived its grading"
+
+
+def test_the_shipped_pickle_leaves_its_mark_when_unpickled(tmp_path):
+    """What makes the corpus's `pwned` assert able to fail: unpickling the payload really touches the mark."""
+    import pickle
+    folder = tmp_path / "student"
+    assert not pwned(folder).exists()
+    pickle.loads(pickle_payload(folder))
+    assert pwned(folder).exists()
 
 
 COPIES_A_CLASSMATE = '''import glob, json, os
@@ -383,6 +419,8 @@ def test_a_classmate_notebook_in_a_batch_folder_outside_the_course_is_out_of_rea
     if isolate and not can_isolate():
         pytest.skip("needs the sandbox's isolation (root on Linux)")
     monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
+    if not isolate:
+        monkeypatch.setenv("COURSE_ALLOW_UNISOLATED", "1")  # the grader refuses to run unisolated unless told to
     Path("/srv").mkdir(exist_ok=True)
     batch = Path(tempfile.mkdtemp(prefix="course-batch-", dir="/srv"))
     try:

@@ -19,7 +19,8 @@ def code(source="def f(x):\n    return x + 1\n"):
 
 def test_the_key_covers_every_input_that_can_change_a_run():
     inputs = experiment_inputs(code(), AID, EXP, 0, "cpu", None)
-    assert set(inputs) == {"cells", "grader", "solutions", "cfg", "seed", "device", "torch", "data", "threads"}
+    assert set(inputs) == {"cells", "grader", "solutions", "cfg", "seed", "device", "torch", "data", "threads",
+                           "watched"}
     assert inputs["data"].startswith("mnist ")  # this harness trains on MNIST, whose source may differ
     assert isinstance(inputs["threads"], int) and inputs["threads"] >= 1
     assert experiment_inputs(code(), "w8l4_transformers", EXP, 0, "cpu", None)["data"] == ""
@@ -28,7 +29,7 @@ def test_the_key_covers_every_input_that_can_change_a_run():
 @pytest.mark.parametrize("field, other", [
     ("cells", [["AutoEncoder", "something else"]]), ("grader", "0" * 64), ("solutions", "def g(): pass"),
     ("cfg", {**EXP.cfg, "steps": EXP.steps + 1}), ("seed", 1), ("device", "cuda"), ("torch", "0.0.0"),
-    ("data", "mnist test split /x"), ("threads", 999),
+    ("data", "mnist test split /x"), ("threads", 999), ("watched", {"oracles": {}}),
 ])
 def test_changing_any_input_changes_the_key(field, other):
     inputs = experiment_inputs(code(), AID, EXP, 0, "cpu", 3)
@@ -42,6 +43,13 @@ def test_the_sandbox_threads_and_the_code_reach_the_key():
     # comments and layout do not change what runs
     same = "def f(x):\n    # one more\n    return x + 1\n\n"
     assert experiment_key(experiment_inputs(code(same), AID, EXP, 0, "cpu", 3)) == base
+
+
+def test_the_watched_oracles_reach_the_key():
+    """A course.yaml that watches one more path for the item may make a cached training run a violation."""
+    base = experiment_key(experiment_inputs(code(), AID, EXP, 0, "cpu", 3, {"oracles": {"mse_loss": ["a.b"]}}))
+    more = {"oracles": {"mse_loss": ["a.b", "a.c"]}}
+    assert experiment_key(experiment_inputs(code(), AID, EXP, 0, "cpu", 3, more)) != base
 
 
 def test_editing_any_grader_file_changes_its_digest(tmp_path):
