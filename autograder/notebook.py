@@ -47,6 +47,9 @@ def read_notebook(path):
             return None, f"{path.name} is {path.stat().st_size // 2**20} MB; notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded"
         nb = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError) as e:
+        if path.is_file() and path.suffix != ".ipynb":  # a .py export or a screenshot: say what to send instead
+            return None, (f"{path.name} is not a notebook: submit the .ipynb file itself (in Jupyter or Colab: "
+                          f"File > Download > Download .ipynb)")
         return None, f"{path.name} is not a readable notebook ({type(e).__name__}: {str(e)[:200]})"
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return None, f"{path.name} is not a Jupyter notebook (no list of cells)"

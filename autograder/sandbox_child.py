@@ -321,6 +321,11 @@ def sandbox_process(cfg, fds, in_pid_namespace):
     os.close(life_r)
     os.setsid()
     libc().prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    try:  # out of memory, the kernel kills the student's process first, never the grader (raising needs no right)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(out_w, 1)

@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.config import load_course
 from autograder.grade import grade_notebook
 from autograder.examples import examples, release_notebook, solved_sources, with_cells
 from autograder.gradescope import COURSE_DIR, export_gradescope, requirements
@@ -40,8 +41,9 @@ def submissions(tmp_path_factory):
 
 
 def by_test(results_json):
-    """name -> (score, max_score, output) of the per-check tests in a results.json."""
-    return {t["name"]: (t["score"], t["max_score"], t["output"]) for t in results_json["tests"]}
+    """name -> (score, max_score, output) of the per-check tests in a results.json (not the staff's hidden record)."""
+    return {t["name"]: (t["score"], t["max_score"], t["output"]) for t in results_json["tests"]
+            if t.get("visibility") != "hidden"}
 
 
 def otter_run(zip_path, notebook, out_dir):
@@ -106,19 +108,24 @@ def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(
         setup = zf.read("setup.sh").decode()
         environment = zf.read("environment.yml").decode()
         config = json.loads(zf.read("otter_config.json"))
+        run_otter = zf.read("run_otter.py").decode()
         for needed in ("run_autograder", "run_otter.py", "tests/", f"{COURSE_DIR}/course.yaml",
                        f"{COURSE_DIR}/pyproject.toml", f"{COURSE_DIR}/solutions/{AID}.py",
                        f"{COURSE_DIR}/autograder/suites/test_{AID}.py", f"{COURSE_DIR}/autograder/pytest_plugin.py", f"{COURSE_DIR}/autograder/harness/{AID}.py",
                        f"{COURSE_DIR}/autograder/sandbox_child.py", f"{COURSE_DIR}/release/{AID}/{AID}.ipynb"):
             assert needed in names, needed
-        assert any(n.startswith(f"{COURSE_DIR}/data/mnist/t10k-images") for n in names)
+        assert not any("/data/mnist/" in n for n in names), "lab14's harness reads no MNIST"
         root = tmp_path / "autograder"
         zf.extractall(root / "source")
-    for pin in requirements():
-        assert pin in environment
+    for pin in requirements():  # installed by setup.sh, the CPU build first; not PyPI's CUDA build from environment.yml
+        assert pin in setup and pin not in environment
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in setup
     assert "python=3.11" in environment
-    assert f"pip install -e /autograder/source/{COURSE_DIR}" in setup and "load_mnist()" in setup
-    assert config["plugins"] == [{"autograder.otter_plugin.CourseGrader": {"assignment": AID, "device": "cpu"}}]
+    assert f"pip install -e /autograder/source/{COURSE_DIR}" in setup and "load_mnist()" not in setup
+    assert "autograder.otter_plugin import run_autograder" in run_otter
+    budget = load_course().gradescope.budget_seconds
+    assert config["plugins"] == [{"autograder.otter_plugin.CourseGrader": {"assignment": AID, "device": "cpu",
+                                                                           "budget_seconds": budget}}]
     (root / "submission").mkdir()
     (root / "results").mkdir()
     (root / "submission_metadata.json").write_text("{}")
@@ -128,14 +135,15 @@ def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(
     env.pop("COURSE_MNIST_DIR", None)
     run = subprocess.run([sys.executable, "-c", "import autograder, sys\n"
                           f"assert autograder.__file__.startswith({str(course)!r}), autograder.__file__\n"
-                          "from otter.run.run_autograder import main\n"
-                          f"main({str(root)!r})"],  # what run_otter.py does, with /autograder overridden
+                          "from autograder.otter_plugin import run_autograder\n"
+                          f"run_autograder({str(root)!r})"],  # what run_otter.py does, /autograder overridden
                          capture_output=True, text=True, timeout=1200, env=env, cwd=root)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads((root / "results" / "results.json").read_text())
     assert sum(t["score"] for t in result["tests"]) == sum(t["max_score"] for t in result["tests"]) > 0
     assert any("experiment memory_task" in t["name"] and t["score"] > 0 for t in result["tests"])
-    assert all(t["visibility"] == "visible" for t in result["tests"])
+    assert [t["visibility"] for t in result["tests"] if t["visibility"] != "visible"] == ["hidden"]
+    assert result["extra_data"]["isolation"] and result["extra_data"]["sessions"] == 1
     # the same scores and reasons as `course grade` (whose experiment comes from the cache: the same training)
     assert by_test(result) == by_test(grade_notebook(submissions["complete"], AID, device="cpu"))
 

@@ -190,3 +190,14 @@ def test_two_notebooks_of_other_names_or_a_broken_file_stop_the_student_with_the
     converter, folder = autograde_in(tmp_path / "broken", "lab.ipynb", content="{not json")
     with pytest.raises(NbGraderException, match=r"student 'bob': not graded: lab.ipynb is not a readable notebook"):
         converter.take_notebooks("a1", "bob")
+
+
+def test_a_file_that_is_not_a_notebook_says_to_submit_the_ipynb(tmp_path):
+    from autograder.notebook import read_notebook
+    py = tmp_path / "lab14_transformers.py"
+    py.write_text("def attention(Q, K, V):\n    return V\n")
+    nb, error = read_notebook(py)
+    assert nb is None and "lab14_transformers.py is not a notebook: submit the .ipynb" in error, error
+    cut = tmp_path / "lab14_transformers.ipynb"
+    cut.write_text('{"cells": [')
+    assert "is not a readable notebook (JSONDecodeError" in read_notebook(cut)[1]

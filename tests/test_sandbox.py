@@ -122,6 +122,15 @@ def test_the_host_network_and_files_are_out_of_reach_only_when_isolated(host_sec
         sb.close()
 
 
+def test_out_of_memory_the_kernel_picks_the_students_process_not_the_grader():
+    sb = started(("f", "def f():\n    return open('/proc/self/oom_score_adj').read().strip()\n"))
+    try:
+        assert ask(sb, "f") == "1000"
+        assert Path("/proc/self/oom_score_adj").read_text().strip() != "1000"  # the grader keeps its own
+    finally:
+        sb.close()
+
+
 def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
     sb = started(("spin", "def spin():\n    while True:\n        pass\n"), ("ok", "def ok():\n    return 7\n"))
     try:

@@ -1,0 +1,207 @@
+"""The Gradescope zip as Gradescope builds it: a complete environment, only the assignment, a results.json for
+every upload and failure, the grader's record for the staff, the time budget, and the rehearsal
+(`course export gradescope ID --check`) end to end."""
+import ast
+import importlib.metadata as md
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import tomllib
+
+import nbformat
+import pytest
+from packaging.requirements import Requirement
+
+from autograder.config import ROOT, load_course, parse_course
+from autograder.examples import examples
+from autograder.gradescope import COURSE_DIR, course_files, otter_config
+from autograder.otter_plugin import STAFF_TEST, load_seconds, run_autograder, upload_problem, worst_seconds
+
+AID = "lab14_transformers"
+LAST = "TransformerClassifier"  # lab14's last item, the one with the experiment
+
+
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def runtime_closure():
+    """Distribution names (normalised) that `pip install course` brings: pyproject's dependencies, no extras."""
+    todo = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    seen = set()
+    while todo:
+        req = todo.pop()
+        if norm(req.name) in seen:
+            continue
+        seen.add(norm(req.name))
+        for dep in map(Requirement, md.requires(req.name) or []):  # its own, and those of the extras asked for
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in ("", *req.extras)):
+                todo.append(dep)
+    return seen
+
+
+def test_everything_the_grader_imports_is_a_runtime_dependency_of_the_course():
+    """Gradescope's setup installs the course without extras: pytest in `[test]` alone failed every submission."""
+    owners = md.packages_distributions()
+    closure = runtime_closure()
+    missing = {}
+    for path in [*(ROOT / "autograder").rglob("*.py"), *(ROOT / "solutions").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("autograder", "solutions"):
+                    continue
+                dists = {norm(d) for d in owners.get(top, [])}
+                if not dists & closure:
+                    missing.setdefault(top, set()).add(path.relative_to(ROOT).as_posix())
+    assert not missing, f"imported by the grader but not a runtime dependency of the course: {missing}"
+
+
+def test_the_zip_holds_its_assignment_alone_with_the_gradescope_limits():
+    files = dict(course_files(AID))
+    others = set(load_course().assignments) - {AID}
+    leaked = [name for name in files if any(other in name for other in others)]
+    assert not leaked, leaked
+    for needed in (f"autograder/suites/test_{AID}.py", f"autograder/harness/{AID}.py", f"solutions/{AID}.py",
+                   f"release/{AID}/{AID}.ipynb"):
+        assert f"{COURSE_DIR}/{needed}" in files, needed
+    assert not any("/data/mnist/" in name for name in files), "lab14 reads no MNIST"
+    zipped = parse_course(files[f"{COURSE_DIR}/course.yaml"].decode(), "zip course.yaml")
+    profile = load_course().gradescope
+    assert list(zipped.assignments) == [AID]
+    assert zipped.assignment(AID).total_points == load_course().assignment(AID).total_points
+    assert {k: getattr(zipped.limits, k) for k in profile.limits.model_dump(exclude_none=True)} == \
+        profile.limits.model_dump(exclude_none=True)
+    assert profile.limits.memory_mb < profile.container_memory_mb
+
+
+def test_the_profile_fits_the_timeout_it_recommends():
+    """The budget leaves Otter its minute; the worst case of any one item fits the budget after the load."""
+    course = load_course()
+    gs = course.gradescope
+    assert gs.budget_seconds <= gs.timeout_minutes * 60 - 60
+    for aid in course.assignments:
+        limits = gs.limits.model_dump(exclude_none=True)
+        worst = max(worst_seconds(course, aid, item, limits) for item in course.assignment(aid).items)
+        assert load_seconds(course, aid, limits) + worst <= gs.budget_seconds, aid
+
+
+@pytest.mark.parametrize("upload, expected", [
+    ({"lab14_transformers.py": "def f(): pass\n"}, "a Python file"),
+    ({"lab14_transformers.ipynb": '{"cells": [{"cell_type": "code", "sou'}, "not a readable notebook"),
+    ({"work/lab14_transformers.ipynb": "{}"}, "is a folder"),
+    ({"a.ipynb": "{}", "b.ipynb": "{}"}, "2 notebooks"),
+    ({}, "has no notebook"),
+])
+def test_an_upload_that_is_not_one_readable_notebook_is_told_to_submit_the_ipynb(tmp_path, upload, expected):
+    for name, text in upload.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    message = upload_problem(tmp_path, AID)
+    assert expected in message and f"Submit {AID}.ipynb" in message, message
+
+
+def test_a_readable_notebook_is_no_upload_problem(tmp_path):
+    nbformat.write(examples(AID)["empty"], tmp_path / f"{AID}.ipynb")
+    (tmp_path / "notes.txt").write_text("extra files do not matter")
+    assert upload_problem(tmp_path, AID) == ""
+
+
+def autograder_root(tmp_path, notebook, aid=AID, budget=None):
+    """/autograder's layout for the checkout's package: the zip's otter_config.json and one submission."""
+    root = tmp_path / "autograder"
+    for folder in ("source/tests", "submission", "results"):
+        (root / folder).mkdir(parents=True)
+    (root / "source" / "otter_config.json").write_text(json.dumps(otter_config(aid, "cpu", budget)))
+    (root / "submission_metadata.json").write_text("{}")
+    nbformat.write(notebook, root / "submission" / f"{AID}.ipynb")
+    return root
+
+
+def by_visibility(result):
+    return {t["name"]: t for t in result["tests"] if t.get("visibility") != "hidden"}, \
+        [t for t in result["tests"] if t.get("visibility") == "hidden"]
+
+
+@pytest.mark.grading
+def test_a_grader_failure_still_writes_results_json_saying_the_staff_must_regrade(tmp_path):
+    root = autograder_root(tmp_path, examples(AID)["empty"], aid="no_such_assignment")
+    run_autograder(str(root))
+    result = json.loads((root / "results" / "results.json").read_text())
+    visible, hidden = by_visibility(result)
+    assert result["score"] == 0 and "must fix it and regrade" in result["output"]
+    assert [t["name"] for t in hidden] == [STAFF_TEST] and "no_such_assignment" in hidden[0]["output"]
+    assert "no_such_assignment" not in json.dumps(visible), "the cause is for the staff, not the student"
+
+
+@pytest.mark.grading
+@pytest.mark.slow
+def test_a_submission_past_the_time_budget_gets_results_json_with_its_points_and_why_the_rest_did_not_run(
+        tmp_path):
+    """The budget fits every item but the last (its experiment's worst case): graded by Otter with the course's
+    plugin, results.json has the other items' full points, the last item's checks at 0 with the reason, and the
+    grader's record (isolation, versions, seed, timings) in a hidden test and the top-level extra_data."""
+    course = load_course()
+    items = list(course.assignment(AID).items)
+    assert items[-1] == LAST
+    fits = load_seconds(course, AID) + sum(worst_seconds(course, AID, item) for item in items[:-1])
+    assert worst_seconds(course, AID, LAST) > 30
+    root = autograder_root(tmp_path, examples(AID)["complete"], budget=fits + 30)
+    t0 = time.monotonic()
+    run_autograder(str(root))
+    assert time.monotonic() - t0 < fits + 30
+    result = json.loads((root / "results" / "results.json").read_text())
+    visible, hidden = by_visibility(result)
+    last = {name: t for name, t in visible.items() if name.startswith(f"{LAST}:")}
+    assert last and all(t["score"] == 0 and "time budget" in t["output"] for t in last.values()), last
+    assert any(name.startswith(f"{LAST}: experiment") for name in last)
+    others = [t for name, t in visible.items() if name not in last]
+    assert others and all(t["score"] == t["max_score"] > 0 for t in others)
+    assert sum(t["max_score"] for t in visible.values()) == course.assignment(AID).total_points
+    record = result["extra_data"]
+    assert record["not_run"] == [LAST] and record["isolation"] not in ("", None, "none")
+    assert {"versions", "seed", "seconds"} <= set(record)
+    assert [t["name"] for t in hidden] == [STAFF_TEST] and json.loads(hidden[0]["output"]) == record
+
+
+REHEARSAL = os.environ.get("COURSE_REHEARSAL", "")  # "1": build the environment; a folder: reuse (or build) it there
+
+
+@pytest.mark.grading
+@pytest.mark.slow
+@pytest.mark.skipif(not REHEARSAL, reason="COURSE_REHEARSAL=1 (or =VENV_DIR to reuse one): builds Gradescope's "
+                                          "environment, ~15 min on a busy 2-core machine, then ~5 min of grading")
+@pytest.mark.skipif(not shutil.which("python3.11"), reason="the zip's environment wants Python 3.11")
+def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_uploads(tmp_path):
+    """CI's run of `course export gradescope lab14_transformers --check` (autograder/gradescope_check.py): one
+    fresh environment from the zip's requirements, three uploads each in its own /autograder-like root."""
+    from autograder.gradescope import export_gradescope
+    from autograder.gradescope_check import rehearse
+    zip_path = export_gradescope(AID, tmp_path / "autograder.zip", device="cpu")
+    uploads = {}
+    for name in ("complete", "empty"):
+        uploads[name] = tmp_path / name / f"{AID}.ipynb"
+        uploads[name].parent.mkdir()
+        nbformat.write(examples(AID)[name], uploads[name])
+    uploads["py"] = tmp_path / "py" / f"{AID}.py"
+    uploads["py"].parent.mkdir()
+    uploads["py"].write_text("def scaled_dot_product_attention(Q, K, V, mask=None):\n    return Q\n")
+    t0 = time.monotonic()
+    results = rehearse(zip_path, list(uploads.values()), work=tmp_path / "rehearsal",
+                       venv=None if REHEARSAL == "1" else REHEARSAL)
+    print(f"rehearsal: {time.monotonic() - t0:.0f} s")
+    got = {name: results[str(path)] for name, path in uploads.items()}
+    total = load_course().assignment(AID).total_points
+    complete, _ = by_visibility(got["complete"])
+    assert sum(t["score"] for t in complete.values()) == sum(t["max_score"] for t in complete.values()) == total
+    expected_level = "uid" if os.geteuid() == 0 and shutil.which("capsh") else None
+    level = got["complete"]["extra_data"]["isolation"]
+    assert level == expected_level if expected_level else level not in ("none", None)
+    empty, _ = by_visibility(got["empty"])
+    assert sum(t["score"] for t in empty.values()) == 0 and sum(t["max_score"] for t in empty.values()) == total
+    assert got["py"]["score"] == 0 and f"Submit {AID}.ipynb" in got["py"]["output"]
