@@ -125,9 +125,12 @@ def worst_seconds(course, aid, item, limits=None, experiments=True):
 
 
 def load_seconds(course, aid, limits=None):
-    """The longest the notebook's load can take (sandbox.Sandbox.load's limit, over the release's code cells)."""
+    """The longest the notebook's load can take (sandbox.Sandbox._load_cells's limit, over the cells it loads: the
+    release's setup and graded cells)."""
     from autograder.config import released_notebook
-    cells = sum(c.cell_type == "code" for c in nbformat.read(released_notebook(aid), as_version=4).cells)
+    from autograder.notebook import extract
+    nb = nbformat.read(released_notebook(aid), as_version=4)
+    cells = len(extract(nb, list(course.assignment(aid).items)).cells)
     return course.limits.model_copy(update=limits or {}).setup_seconds * max(1, cells // 4 + 1)
 
 
