@@ -16,6 +16,7 @@ from autograder import cli
 from autograder.build import gradebook_url, normalised
 from autograder.config import ROOT, load_course
 from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.grade import GraderError, grade_notebook
 from autograder.notebook import nbgrader_meta
 
 pytestmark = pytest.mark.grading
@@ -87,7 +88,7 @@ def test_a_non_editable_install_grades_the_course_of_the_working_folder_with_its
                            "--json", str(tmp_path / "again.json")], cwd=tmp_path,
                           env=clean_env(PYTHONPATH=str(site), COURSE_CONFIG=str(course / "course.yaml")),
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]  # the setup's error, before any grading
     assert "no course.yaml" in proc.stderr and "--course" in proc.stderr, proc.stderr[-3000:]
 
 
@@ -138,7 +139,11 @@ def test_a_missing_release_is_an_error_naming_it_never_a_skipped_restore(tmp_pat
                      "--json", str(out)])
     err = capsys.readouterr().err
     missing = clone / "release" / AID / f"{AID}.ipynb"
-    assert code == 3 and str(missing) in err and f"course release {AID}" in err, err[-3000:]
+    assert code == 2 and str(missing) in err and f"course release {AID}" in err, err[-3000:]  # once, before grading
+    monkeypatch.setenv("COURSE_ROOT", str(clone))  # nbgrader's and Otter's path: the grading session itself stops
+    with pytest.raises(GraderError) as failed:
+        grade_notebook(nb, AID, items=[ITEM], device="cpu", experiments=False)
+    assert str(missing) in str(failed.value) and f"course release {AID}" in str(failed.value), str(failed.value)
 
     assert cli.main(["--course", str(clone), "export", "gradescope", AID, "-o", str(tmp_path / "a.zip")]) == 2
     err = capsys.readouterr().err

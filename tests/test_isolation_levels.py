@@ -28,6 +28,10 @@ from autograder.sandbox import can_isolate
 pytestmark = [pytest.mark.grading, pytest.mark.slow,  # each starts a grader and its zygote: torch imported twice
               pytest.mark.skipif(not can_isolate(), reason="making the levels needs root")]
 NOBODY = 65534
+# A second ordinary user for the landlock level, whose process limit counts the user's own processes: another
+# test's grader running as nobody at the same time (xdist) must not move it.
+LONER = 65533
+USERS = (NOBODY, LONER)
 AID = "lab14_transformers"
 
 PROBE_CELL = r'''
@@ -150,7 +154,7 @@ def targets():
     """What a student must not reach, all open to the user who grades: the course's solutions, a classmate's
     notebook in a batch folder outside the course, a file in the grader's home, a loopback listener."""
     batch = Path(tempfile.mkdtemp(prefix="course-iso-batch-", dir="/srv" if os.access("/srv", os.W_OK) else "/var/tmp"))
-    homes = {0: Path.home(), NOBODY: Path(tempfile.mkdtemp(prefix="course-iso-home-"))}
+    homes = {0: Path.home(), **{uid: Path(tempfile.mkdtemp(prefix="course-iso-home-")) for uid in USERS}}
     server = socket.create_server(("127.0.0.1", 0))
     server.listen(64)
     try:
@@ -159,8 +163,9 @@ def targets():
         classmate = batch / "bob" / f"{AID}.ipynb"
         classmate.write_text("{}")
         classmate.chmod(0o644)
-        os.chown(homes[NOBODY], NOBODY, NOBODY)
-        homes[NOBODY].chmod(0o700)
+        for uid in USERS:
+            os.chown(homes[uid], uid, uid)
+            homes[uid].chmod(0o700)
         secrets = {}
         for uid, home in homes.items():
             secrets[uid] = home / f"course-iso-secret-{os.getpid()}"
@@ -172,7 +177,8 @@ def targets():
     finally:
         server.close()
         shutil.rmtree(batch, ignore_errors=True)
-        shutil.rmtree(homes[NOBODY], ignore_errors=True)
+        for uid in USERS:
+            shutil.rmtree(homes[uid], ignore_errors=True)
         (Path.home() / f"course-iso-secret-{os.getpid()}").unlink(missing_ok=True)
 
 
@@ -249,7 +255,7 @@ def test_an_ordinary_user_with_user_namespaces(targets, tmp):
 
 
 def test_an_ordinary_user_without_user_namespaces(targets, tmp):
-    check(run_grader(targets, NOBODY, no_userns=True, tmp=tmp), "landlock", disk_cap=False)
+    check(run_grader(targets, LONER, no_userns=True, tmp=tmp), "landlock", disk_cap=False)
 
 
 ENV_GRADER = r'''
