@@ -43,7 +43,7 @@ def cmd_grade(args):
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
     from autograder.batch import find_submissions, grade_batch
-    from autograder.report import grade_table, reason_lines, write_csv
+    from autograder.report import grade_table, not_scored, reason_lines, write_csv
     course = load_course()
     assignment = course.assignment(args.assignment)
     items = args.items.split(",") if args.items else None
@@ -78,12 +78,13 @@ def cmd_grade(args):
     if reasons:
         print("\nwhy points were lost:")
         print("\n".join(reasons))
-    if args.json:
-        payload = rows[0][1] if len(rows) == 1 else [{"submission": n, **r} for n, r in rows]
+    if args.json:  # a grader failure's score is null: nothing was scored
+        saved = [(n, {**r, "score": None, "max_score": None} if not_scored(r) else r) for n, r in rows]
+        payload = saved[0][1] if len(saved) == 1 else [{"submission": n, **r} for n, r in saved]
         Path(args.json).write_text(json.dumps(payload, indent=1))
     if args.csv:
         write_csv(args.csv, rows, shown)
-    failed = [name for name, result in rows if result.get("extra_data", {}).get("grader_error")]
+    failed = [name for name, result in rows if not_scored(result)]
     if failed:
         print(f"the grader failed on {len(failed)} submission(s), not scored: {', '.join(failed)} (rerun them; "
               f"with --results-dir only these are graded again)", file=sys.stderr)

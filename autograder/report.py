@@ -109,9 +109,17 @@ def write_csv(path, rows, items):
         w = csv.writer(f)
         w.writerow(["submission", *items, "score", "max_score"])
         for student, result in rows:
+            if not_scored(result):  # blank, never a 0 a gradebook import would take for a grade
+                w.writerow([as_cell(student), *[""] * len(items), "", ""])
+                continue
             by_item = item_summary(result)
             w.writerow([as_cell(student), *[by_item.get(i, (0, 0, []))[0] for i in items], result["score"],
                         result["max_score"]])
+
+
+def not_scored(result):
+    """A result the grader itself failed on (batch.failed_result): it carries no score, only the cause."""
+    return bool(result.get("extra_data", {}).get("grader_error"))
 
 
 def as_cell(text):

@@ -276,3 +276,19 @@ def test_the_kernel_start_lock_works_for_two_users():
         with kernel_start_lock(lock) as held:  # root first, the other user second: the reported case
             assert held
         assert as_other_user(lambda: take(5)) == {"value": True}
+
+
+def test_a_grader_failure_has_no_score_in_the_json_and_csv_course_grade_writes(tmp_path, monkeypatch, capsys):
+    """What a TA imports into a gradebook: a blank, never a 0, for a submission the grader could not grade."""
+    import csv
+    import autograder.pytest_plugin as plugin
+    from autograder import cli
+    monkeypatch.setattr(plugin, "harness_sources", lambda aid: {aid: "raise ImportError('no such lecture module')"})
+    nb, out, table = notebook(tmp_path, LAB14), tmp_path / "alice.json", tmp_path / "grades.csv"
+    code = cli.main(["grade", str(nb), "-a", LAB14, "--items", "scaled_dot_product_attention", "--device", "cpu",
+                     "--json", str(out), "--csv", str(table)])
+    assert code == 3, capsys.readouterr().err
+    saved = json.loads(out.read_text())
+    assert saved["score"] is None and saved["extra_data"]["grader_error"], saved
+    [row] = list(csv.DictReader(table.open()))
+    assert row["score"] == "" and row["scaled_dot_product_attention"] == "", row
