@@ -626,10 +626,17 @@ class Server:
             os.kill(-1, 9)  # every process of this uid (of this PID namespace) but this one, forks in flight too
         except OSError:
             pass
-        while True:  # as a namespace's init, orphans are ours to reap
+        # Reap what was killed (as a namespace's init, orphans too): a zombie still counts against the process
+        # limit, and one killed a moment ago is not a zombie yet. Bounded: something that will not die in a second
+        # is left to the next request's reaping.
+        import time
+        deadline = time.monotonic() + 1.0
+        while True:
             try:
                 if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.002)
             except ChildProcessError:
                 break
 
