@@ -112,7 +112,8 @@ def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
         assert item in head, f"the summary does not name {item}"
         assert f"Checks of <code>{item}</code>" in feedback
     assert head.count("is not implemented yet") == 4  # one reason per stubbed item, not one per check
-    carol = json.loads((clone / "graded" / "carol.json").read_text())
+    results = re.search(r"--results-dir (\S+)", commands[3]).group(1)  # the README's: one folder per assignment
+    carol = json.loads((clone / results / "carol.json").read_text())
     lost = [t for t in carol["tests"] if t["item"] == "scaled_dot_product_attention" and t["score"] < t["max_score"]]
     assert lost, "carol's scaled Q must lose points"
     reason = re.sub(r"\s+", " ", lost[0]["output"].splitlines()[0])
