@@ -96,18 +96,14 @@ def grader_identity(aid, device="auto"):
     harnesses included), the reference solutions, the course's configuration, the released setup cells, torch,
     the device and MNIST's source. The sandbox's CPU thread count is left out: it is how the machine is shared
     (`--workers`), and a resumed batch may use another."""
-    from autograder.experiments import harness_sources, resolve_device
+    from autograder.experiments import data_source_of, resolve_device
     course = load_course()
     released = course_root() / "release" / aid / f"{aid}.ipynb"
-    data = ""
-    if "load_mnist" in harness_sources(aid)[aid]:  # as experiments.experiment_inputs: the data may come two ways
-        from autograder.mnist import data_source
-        data = "mnist {} {}".format(*data_source())
     parts = {"code": grader_digest(), "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")),
              "course": course.model_dump(mode="json", exclude={"path", "assignments"}),
              "assignment": course.assignment(aid).model_dump(mode="json"),
              "release": file_digest(released) if released.is_file() else "", "torch": torch.__version__,
-             "device": resolve_device(device if device != "auto" else course.device), "data": data}
+             "device": resolve_device(device if device != "auto" else course.device), "data": data_source_of(aid)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 

@@ -116,15 +116,21 @@ def format_row(exp, result):
             f"[{result.seconds:.1f} s, seed {result.seed}] {verdict}")
 
 
+def data_source_of(aid):
+    """Where the assignment's training data comes from, when that can vary: MNIST's download, IDX folder or test
+    split alone ('' for the harnesses that make their own data)."""
+    if "load_mnist" not in harness_sources(aid)[aid]:
+        return ""
+    from autograder.mnist import data_source
+    kind, folder = data_source()
+    return f"mnist {kind} {folder}"
+
+
 def experiment_inputs(code, aid, exp, seed, device, threads, watched=None):
     """Everything that can change one experiment's result: the code as it runs (not as laid out), the grader,
     harness, solutions, config, seed, device, torch, the data's source, the sandbox's CPU threads and the oracles
     watched while it trains (course.yaml's `oracles`, through scoring.tripwire_table)."""
-    data = ""
-    if "load_mnist" in harness_sources(aid)[aid]:  # only the MNIST harness reads data that may come two ways
-        from autograder.mnist import data_source
-        kind, folder = data_source()
-        data = f"mnist {kind} {folder}"
+    data = data_source_of(aid)
     return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "grader": grader_digest(),
             "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")), "cfg": exp.cfg,
             "seed": seed, "device": device, "torch": torch.__version__, "data": data,
