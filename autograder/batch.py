@@ -86,7 +86,8 @@ def _distinct(labels):
 
 
 def failed_result(aid, name, reason):
-    """A result for a submission the grader itself could not finish: zero, with the reason."""
+    """A result for a submission the grader itself could not finish: the cause and no score (`grader_error`: the
+    table, --json and --csv show none, never a 0); not saved in --results-dir, so the next run grades it again."""
     return {"score": 0.0, "max_score": 0.0, "output": reason, "visibility": "visible", "tests": [],
             "extra_data": {"assignment": aid, "notebook": name, "grader_error": True}}
 

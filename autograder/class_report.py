@@ -4,10 +4,9 @@ import io
 import json
 import re
 from collections import Counter
-from html import escape
 from pathlib import Path
 
-from autograder.report import experiment_figures, item_reasons, item_summary, score_text
+from autograder.report import experiment_figures, item_reasons, item_summary, metric_rows, render_html
 
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")  # not digits of a name
 TOP_REASONS = 5
@@ -39,12 +38,12 @@ def normalised(reason):
 
 
 def figure_png(fig):
-    """A matplotlib figure as an <img> with the PNG inline (base64): the report is one self-contained file."""
+    """A matplotlib figure as base64 PNG, which the page shows inline: the report is one self-contained file."""
     import matplotlib.pyplot as plt
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
-    return f"<img alt='figure' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
+    return base64.b64encode(buf.getvalue()).decode()
 
 
 def totals_figure(rows, max_score):
@@ -96,50 +95,42 @@ def experiment_figure(exp, found):
 
 
 def assignment_section(aid, rows):
-    """The report's part for one assignment: totals, items, reasons, experiments."""
+    """The report's part for one assignment (class_report.html.j2): totals, items, reasons, experiments, similar
+    submissions."""
     summaries = {name: item_summary(result) for name, result in rows}
-    items = list(dict.fromkeys(item for s in summaries.values() for item in s))
+    items = items_of(summaries.values())
     maxima = [max(s[i][1] for s in summaries.values() if i in s) for i in items]
     means = [sum(s[i][0] for s in summaries.values() if i in s) / max(1, sum(i in s for s in summaries.values()))
              for i in items]
     max_total = max(r["max_score"] for _, r in rows)
     whole = [(n, r) for n, r in rows if r["max_score"] >= max_total]  # an --items result is not a total
     totals = sorted(r["score"] for _, r in whole)
-    median = totals[len(totals) // 2]
-    partial = len(rows) - len(whole)
-    out = [f"<h2>{escape(aid)}</h2>",
-           f"<p>{len(whole)} submissions; mean {sum(totals) / len(totals):.1f}, median {score_text(median)} of "
-           f"{score_text(max_total)}; {sum(t >= max_total for t in totals)} full marks, "
-           f"{sum(t == 0 for t in totals)} zero."
-           + (f" {partial} more graded on some items only (course grade --items): in the items' means, not in "
-              f"the totals." if partial else "") + "</p>",
-           totals_figure(whole, max_total), items_figure(items, means, maxima)]
-
     counts = {item: Counter() for item in items}
     for _, result in rows:
         for item, found in item_reasons(result).items():
             for _, message in found:
                 counts.setdefault(item, Counter())[normalised(message)] += 1
-    table = []
-    for item, mean, top in zip(items, means, maxima):
-        common = counts.get(item, Counter()).most_common(TOP_REASONS)
-        reasons = "".join(f"<li><b>{n}</b> &times; <span class='text'>{escape(r)}</span></li>" for r, n in common)
-        table.append(f"<tr><td><code>{escape(item)}</code></td><td>{mean:.2f} / {score_text(top)}</td>"
-                     f"<td>{'<ul>' + reasons + '</ul>' if reasons else 'no points lost'}</td></tr>")
-    out.append("<h3>Per item: mean score and the most common reasons for lost points</h3>"
-               "<p><small>Numbers in reasons are shown as # so that the same mistake counts once.</small></p>"
-               "<table><tr><th>item</th><th>mean</th><th>most common reasons (submissions)</th></tr>"
-               + "".join(table) + "</table>")
-    out += experiment_sections(aid, rows)
-    return "\n".join(out)
+    return {"aid": aid, "whole": len(whole), "partial": len(rows) - len(whole), "mean": sum(totals) / len(totals),
+            "median": totals[len(totals) // 2], "max_total": max_total, "full": sum(t >= max_total for t in totals),
+            "zero": sum(t == 0 for t in totals),
+            "figures": [totals_figure(whole, max_total), items_figure(items, means, maxima)],
+            "items": [{"item": item, "mean": mean, "top": top, "reasons": counts[item].most_common(TOP_REASONS)}
+                      for item, mean, top in zip(items, means, maxima)],
+            **experiment_sections(aid, rows), "similar": similar_section(aid, rows)}
+
+
+def items_of(summaries):
+    """The items of the assignment's results (item_summary of each), in the order the results give them."""
+    return list(dict.fromkeys(item for s in summaries for item in s))
 
 
 def experiment_sections(aid, rows):
-    """Per experiment of course.yaml found in the results: what passing needs, how many did, the metrics' spread."""
+    """Per experiment of course.yaml found in the results: what passing needs, how many did, the metrics' spread;
+    or the course.yaml that does not know the assignment."""
     from autograder.config import load_course
     course = load_course()
     if aid not in course.assignments:
-        return [f"<p>{escape(aid)} is not in {escape(str(course.path))}: its experiments are not shown.</p>"]
+        return {"experiments": [], "unknown_in": str(course.path)}
     experiments = course.assignment(aid).experiments
     by_exp = {}
     for _, result in rows:
@@ -148,37 +139,63 @@ def experiment_sections(aid, rows):
     out = []
     for name, found in by_exp.items():
         exp = experiments[name]
-        needs = "; ".join(f"{k} {b}" for k, b in exp.threshold.items())
         measured = sum(bool(f["metrics"]) for f in found)
-        out.append(f"<h3>Experiment {escape(name)}</h3><p>{escape(exp.description)}: passing needs "
-                   f"{escape(needs)}; reached by {sum(f['passed'] for f in found)} of {len(found)} submissions, "
-                   f"measured for {measured} (the others did not train).</p>")
-        if measured:
-            out.append(experiment_figure(exp, found))
-    return out
+        out.append({"name": name, "description": exp.description, "measured": measured, "found": len(found),
+                    "passed": sum(f["passed"] for f in found),
+                    "needs": metric_rows({}, {}, found[0]["threshold"]),
+                    "figure": experiment_figure(exp, found) if measured else None})
+    return {"experiments": out, "unknown_in": None}
 
 
-STYLE = """<style>
-body { font-family: sans-serif; max-width: 1100px; margin: 1em auto; }
-table { border-collapse: collapse; margin-bottom: 1em; }
-td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; vertical-align: top; text-align: left; }
-.text { white-space: pre-wrap; }
-img { display: block; margin: 0.5em 0; }
-</style>"""
+def similar_section(aid, rows):
+    """The groups of similar submissions (autograder/similarity.py), as course.yaml's `similarity` asks, items
+    numbered as in the per-item table; None when it is off."""
+    from autograder.config import course_root, load_course
+    from autograder.similarity import compare, item_ranges, released_programs
+    settings = load_course().similarity
+    if not settings.enabled:
+        return None
+    items = items_of(item_summary(result) for _, result in rows)
+    released = released_programs(course_root() / "release" / aid / f"{aid}.ipynb", items)
+    groups, skipped = compare(rows, items, released, settings.min_nodes, settings.min_items)
+    number = {item: k for k, item in enumerate(items, 1)}
+    return {"settings": settings, "compared": len(rows) - sum(map(len, skipped.values())), "skipped": skipped,
+            "groups": [{"names": g.names, "numbers": item_ranges(number[i] for i in g.items), "items": g.items}
+                       for g in groups]}
+
+
+def similar_text(folder):
+    """The similar groups of the results under `folder` as terminal lines (for `course report` to print):
+    'aid: items 3-5 (a, b, c) of alice and bob are the same program'."""
+    lines = []
+    for aid, rows in by_assignment(load_results(folder)).items():
+        similar = similar_section(aid, rows)
+        for g in similar["groups"] if similar else []:
+            lines.append(f"{aid}: items {g['numbers']} ({', '.join(g['items'])}) of {and_list(g['names'])} are the "
+                         f"same program")
+    return lines
+
+
+def and_list(names):
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def class_report(folder):
-    """The whole report as one HTML string, one section per assignment found (a folder of one assignment's
-    results, or of one folder per assignment); every name and message from a submission is escaped."""
+    """The whole report as one HTML string, one section per assignment found (a folder of one assignment's results,
+    or of one folder per assignment); rendered with autoescape, so every name and message from a submission is
+    escaped."""
     import matplotlib
     matplotlib.use("Agg")
     rows = load_results(folder)
     if not rows:
         raise ValueError(f"no results.json files in {folder} or the folders below it")
+    sections = [assignment_section(aid, found) for aid, found in by_assignment(rows).items()]
+    return render_html("class_report.html.j2", folder=str(folder), count=len(rows), sections=sections)
+
+
+def by_assignment(rows):
+    """aid -> its (name, result) rows, the assignments in sorted order."""
     by_aid = {}
     for name, result in rows:
         by_aid.setdefault(result.get("extra_data", {}).get("assignment", "?"), []).append((name, result))
-    sections = [assignment_section(aid, by_aid[aid]) for aid in sorted(by_aid)]
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title>" + STYLE + "</head><body>"
-            f"<h1>Class report</h1><p>{len(rows)} graded submissions of {len(by_aid)} assignment(s) from "
-            f"{escape(str(folder))}.</p>" + "\n".join(sections) + "</body></html>")
+    return dict(sorted(by_aid.items()))

@@ -149,12 +149,14 @@ def cmd_export(args):
 
 
 def cmd_report(args):
-    from autograder.class_report import class_report
+    from autograder.class_report import class_report, similar_text
     try:
         page = class_report(args.results_dir)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     Path(args.out).write_text(page)
+    for line in similar_text(args.results_dir):
+        print(line)
     print(f"class report written to {args.out}")
     return 0
 

@@ -6,10 +6,10 @@ import re
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 ROOT = Path(__file__).resolve().parent.parent  # the package's own checkout (or site-packages): its code, not the course
 CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
@@ -25,6 +25,7 @@ class Strict(BaseModel):
 
 
 class Limits(Strict):
+    """The sandbox's limits: course.yaml's `limits`, with an item's or the Gradescope profile's overrides applied."""
     setup_seconds: float = Field(120, gt=0)
     item_seconds: float = Field(60, gt=0)
     experiment_seconds: float = Field(900, gt=0)
@@ -32,17 +33,17 @@ class Limits(Strict):
     output_kb: int = Field(64, gt=0)
     disk_mb: int = Field(256, gt=0)
     processes: int = Field(256, gt=0)
+    search_seconds: float = Field(5, ge=0)  # per failing item: the smallest failing case's search (0: none)
     allow_unisolated: bool = False  # grade where the sandbox gets no isolation at all (a trusted class only)
 
 
-class LimitOverrides(Strict):
-    setup_seconds: Optional[float] = Field(None, gt=0)
-    item_seconds: Optional[float] = Field(None, gt=0)
-    experiment_seconds: Optional[float] = Field(None, gt=0)
-    memory_mb: Optional[int] = Field(None, gt=0)
-    output_kb: Optional[int] = Field(None, gt=0)
-    disk_mb: Optional[int] = Field(None, gt=0)
-    processes: Optional[int] = Field(None, gt=0)
+COURSE_WIDE = {"allow_unisolated"}  # limits an item or the Gradescope profile cannot override
+
+# An item's `limits:` and `gradescope.limits`: any of Limits' fields but COURSE_WIDE, with the same types and bounds;
+# None (left out) keeps the course's value.
+LimitOverrides = create_model("LimitOverrides", __base__=Strict, **{
+    name: (Optional[Annotated[(f.annotation, *f.metadata)]], None)
+    for name, f in Limits.model_fields.items() if name not in COURSE_WIDE})
 
 
 class Bound(Strict):
@@ -65,7 +66,6 @@ class Bound(Strict):
 
 class Item(Strict):
     signature: str
-    attrs: list[str] = []
     methods: dict[str, str] = {}
     from_scratch: list[str] = []
     points: dict[Literal["exists", "shapes", "values", "gradients", "properties"], float]
@@ -168,6 +168,13 @@ class Data(Strict):
     mnist_download: bool = True
 
 
+class Similarity(Strict):
+    """`course report`'s similar submissions (autograder/similarity.py)."""
+    enabled: bool = True
+    min_nodes: int = Field(40, ge=1)  # an item's code shorter than this (syntax nodes) is not compared
+    min_items: int = Field(2, ge=1)   # a group is shown when it shares at least this many items
+
+
 class Course(Strict):
     course: str
     data: Data
@@ -175,6 +182,8 @@ class Course(Strict):
     seed: int
     limits: Limits = Limits()
     gradescope: Gradescope = Gradescope()
+    # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)
+    similarity: Similarity = Field(Similarity(), exclude=True)
     assignments: dict[str, Assignment]
     # oracle name (an item's `from_scratch`) -> the dotted paths of the functions it stands for, watched in the sandbox
     oracles: dict[str, list[str]] = Field({}, validate_default=True)

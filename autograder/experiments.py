@@ -77,11 +77,6 @@ class ExperimentResult:
         return not self.failures
 
 
-def move_state(source, target):
-    """Copy parameters and buffers across by registration order and shape; StateMismatch on any misfit."""
-    return assign_state(target, list(source.state_dict().values()))
-
-
 def run_reference(aid, name, device="cpu", seed=None):
     """Train and evaluate one experiment with the reference parts; try the configured seeds in order."""
     exp = load_course().assignment(aid).experiments[name]
@@ -105,12 +100,8 @@ def run_reference(aid, name, device="cpu", seed=None):
 
 def format_row(exp, result):
     """One line of the experiments table: measured beside the lecture's figure and the threshold."""
-    parts = []
-    for key, value in result.metrics.items():
-        if isinstance(value, (int, float)):
-            lec = f" (lecture {exp.lecture[key]:g})" if key in exp.lecture else ""
-            bound = f" [{exp.threshold[key]}]" if key in exp.threshold else ""
-            parts.append(f"{key} {value:.4g}{lec}{bound}")
+    from autograder.report import metric_rows  # the one formatting of a metric beside the lecture's and its bound
+    parts = [r.text() for r in metric_rows(result.metrics, exp.lecture, exp.threshold) if r.measured]
     verdict = "ok" if result.passed else "MISSED: " + "; ".join(result.failures)
     return (f"{result.assignment}.{result.name:<22} {', '.join(parts)}  "
             f"[{result.seconds:.1f} s, seed {result.seed}] {verdict}")

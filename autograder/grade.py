@@ -40,7 +40,8 @@ def grade_notebook(path, aid, items=None, device="auto", log=None, experiments=T
     `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
     student's process's CPU threads (set when several submissions are graded at once).
     """
-    grading = Grading(Settings(path, aid, device, items, experiments, limits, threads, log))
+    grading = Grading(Settings(submission=path, assignment=aid, device=device, items=items, experiments=experiments,
+                               limits=limits, threads=threads, log=log))
     code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
     if grading.grader_error or code == GRADER_FAILED:
         raise GraderError(grading.grader_error or "the grading session failed")

@@ -99,8 +99,12 @@ def load_mnist(n_train=10000, n_test=2000, folder=None, download=None):
             f"MNIST not found: no IDX files (t10k-images-idx3-ubyte[.gz], ...) in {folder} and no download. "
             f"Set {SETTING} (or data.mnist_dir in course.yaml) to a folder with the MNIST IDX files.")
     (images_train, labels_train), (images_test, labels_test) = splits
-    as_x = lambda a, n: torch.from_numpy(np.asarray(a[:n], dtype=np.float32).reshape(len(a[:n]), 784) / 255.0)
-    as_y = lambda a, n: torch.from_numpy(np.asarray(a[:n], dtype=np.int64))
+    def as_x(a, n):  # (n, 784) in [0, 1]
+        return torch.from_numpy(np.asarray(a[:n], dtype=np.float32).reshape(len(a[:n]), 784) / 255.0)
+
+    def as_y(a, n):
+        return torch.from_numpy(np.asarray(a[:n], dtype=np.int64))
+
     return as_x(images_train, n_train), as_y(labels_train, n_train), as_x(images_test, n_test), as_y(labels_test, n_test)
 
 

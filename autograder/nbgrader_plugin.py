@@ -13,7 +13,6 @@ stops that student with one line saying why, before the gradebook has a score fo
 import filecmp
 import shutil
 import tempfile
-from html import escape
 from pathlib import Path
 
 import nbformat
@@ -28,7 +27,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from autograder.config import course_root
 from autograder.notebook import nbgrader_meta, read_notebook
 from autograder.repair import repair
-from autograder.report import experiment_figures, item_reasons, item_summary, score_text
+from autograder.feedback_html import summary_html
+from autograder.report import item_summary, score_text
 
 # course_feedback.html.j2 sits in a `feedback` folder found before nbgrader's, so it extends nbgrader's page
 FEEDBACK_TEMPLATES = [str(Path(__file__).parent / "templates"),
@@ -153,55 +153,3 @@ class FeedbackSummary(NbGraderPreprocessor):
         result = nb.metadata.pop(RESULTS_KEY, None)
         resources["course_summary"] = summary_html(result) if result else ""
         return nb, resources
-
-
-STYLE = """<style>
-.course-summary table { margin: 0.5em 0 1em 0; }
-.course-summary td, .course-summary th { padding: 0.25em 0.6em; vertical-align: top; }
-.course-summary .lost { color: #a94442; }
-.course-summary .full { color: #3c763d; }
-.student-text { white-space: pre-wrap; font-family: inherit; }
-</style>"""
-
-
-def summary_html(result):
-    """The top of the feedback page: a row per item with its score and why points were lost, then experiments.
-
-    Every message is escaped: it can quote what the student's code printed or returned.
-    """
-    by_item, reasons = item_summary(result), item_reasons(result)
-    rows = []
-    for item, (score, max_score, _) in by_item.items():
-        why = reasons.get(item, [])
-        text = ("<ul>" + "".join(f"<li><span class='student-text'>{escape(message)}</span> "
-                                 f"<small>({escape(', '.join(kinds))})</small></li>" for kinds, message in why)
-                + "</ul>") if why else "all checks passed"
-        cls = "lost" if score < max_score else "full"
-        rows.append(f"<tr><td><a href='#test_{escape(item)}'><code>{escape(item)}</code></a></td>"
-                    f"<td class='{cls}'>{score_text(round(score, 2))} / {score_text(max_score)}</td><td>{text}</td></tr>")
-    parts = [STYLE, "<div class='course-summary'>"]
-    repairs, output = (result.get("extra_data") or {}).get("repairs") or [], result.get("output") or ""
-    if repairs and output.startswith("; ".join(repairs)):  # each repair of the notebook on a line of its own
-        output = "\n".join([*repairs, output[len("; ".join(repairs)):].lstrip("; ")]).strip()
-    if output:
-        parts.append(f"<p class='lost student-text'>{escape(output)}</p>")
-    parts.append("<table class='table table-condensed'><tr><th>item</th><th>score</th><th>why points were lost</th></tr>"
-                 + "".join(rows) + "</table>")
-    figures = experiment_figures(result)
-    if figures:
-        lines = []
-        for f in figures:
-            keys = list(dict.fromkeys([*f["threshold"], *f["metrics"]]))
-            measured = ", ".join(f"{escape(k)} {f['metrics'][k]:.4g}" for k in keys if k in f["metrics"]) or "not measured"
-            lecture = ", ".join(f"{escape(k)} {v:g}" for k, v in f["lecture"].items()) or "-"
-            needed = ", ".join(f"{escape(k)} {escape(b)}" for k, b in f["threshold"].items())
-            verdict = ("<span class='full'>reached</span>" if f["passed"] else "<span class='lost'>missed</span>")
-            lines.append(f"<tr><td>{escape(f['name'])}<br><small>{escape(f['description'])}</small></td>"
-                         f"<td><code>{escape(f['item'])}</code></td><td>{measured}</td><td>{needed}</td>"
-                         f"<td>{lecture}</td><td>{verdict} ({score_text(f['score'])} / {score_text(f['max_score'])})</td></tr>")
-        parts.append("<p><b>Training experiments</b> (run by the grader with your modules):</p>"
-                     "<table class='table table-condensed'><tr><th>experiment</th><th>item</th><th>measured</th>"
-                     "<th>needed</th><th>lecture</th><th>result</th></tr>" + "".join(lines) + "</table>")
-    parts.append("<p><small>Each item's checks are shown in full in its test cell below. Written answers are not "
-                 "auto-graded; your TA reads them.</small></p></div>")
-    return "\n".join(parts)

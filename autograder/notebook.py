@@ -160,8 +160,8 @@ def defined_names(source):
                 for item in node.items:
                     if item.optional_vars is not None:
                         targets(item.optional_vars)
-            for field in ("body", "orelse", "finalbody"):  # if, for, while, with, try run at top level too
-                visit(getattr(node, field, []))
+            for block in ("body", "orelse", "finalbody"):  # if, for, while, with, try run at top level too
+                visit(getattr(node, block, []))
             for handler in getattr(node, "handlers", []):
                 visit(handler.body)
 

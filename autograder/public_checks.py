@@ -1,10 +1,14 @@
 """Public checks for the test cells: a failure says what was expected, what came back and, for a mistake the
-checks recognise, what it probably is.
+checks recognise, what it probably is; `self_check()` runs them all again and prints where each task stands.
 
 One helper for every notebook of the course, kept in one file that the course's tools copy into each notebook's
-`setup_checks` cell; the hidden checks use the same mistake hints. It needs only torch and math.
+`setup_checks` cell; the hidden checks use the same mistake hints. It needs only torch and the standard library.
 """
+import contextlib
+import io
+import linecache
 import math
+import sys
 
 import torch
 
@@ -59,17 +63,41 @@ def describe(result):
     return type(result).__name__
 
 
+# item -> (points, source, file name, namespace) of the test cell that last made its PublicChecks in this session;
+# kept when this cell is run again, so a rerun of the setup cells does not forget the test cells already run
+TEST_CELLS = globals().get('TEST_CELLS', {})
+RERUNS = []  # while self_check reruns a test cell: a list collecting the PublicChecks that cell makes
+
+
+def cell_source(frame):
+    """The text of the notebook cell that `frame` runs at top level; '' for a function or a file on disk."""
+    name = frame.f_code.co_filename
+    entry = linecache.cache.get(name)
+    # IPython keeps each cell's text there for its tracebacks: mtime None (IPython 8+), or in _ipython_cache (7)
+    in_cell = (entry is not None and len(entry) == 4
+               and (entry[1] is None or name in getattr(linecache, '_ipython_cache', {})))
+    return ''.join(entry[2]) if in_cell and frame.f_code.co_name == '<module>' else ''
+
+
 class PublicChecks:
     """The public checks of one test cell; the first failure stops the cell with what was expected and what came back."""
 
     def __init__(self, item, points, note='hidden tests'):
-        self.item, self.points, self.note, self.passed = item, points, note, 0
+        self.item, self.points, self.note, self.passed, self.failure = item, points, note, 0, ''
+        if RERUNS:
+            RERUNS[-1].append(self)
+            return
+        caller = sys._getframe(1)
+        source = cell_source(caller)
+        if source:
+            TEST_CELLS[item] = (points, source, caller.f_code.co_filename, caller.f_globals)
 
     def check(self, ok, what, expected, got, hint=''):
         if not bool(ok):
-            raise AssertionError(f'{self.item}: public check {self.passed + 1} failed: {what}\n'
-                                 f'    expected: {expected}\n'
-                                 f'    got:      {got}' + (f'\n    hint:     {hint}' if hint else ''))
+            self.failure = (f'{self.item}: public check {self.passed + 1} failed: {what}\n'
+                            f'    expected: {expected}\n'
+                            f'    got:      {got}' + (f'\n    hint:     {hint}' if hint else ''))
+            raise AssertionError(self.failure)
         self.passed += 1
         print(f'  ok  {what}')
 
@@ -90,3 +118,65 @@ class PublicChecks:
     def done(self):
         print(f'{self.item}: public checks passed ({self.passed}/{self.passed}); '
               f'{self.note} worth {self.points:g} points run at grading')
+
+
+def raised_in(error):
+    """Where `error` was raised: the qualified name of the innermost function of its traceback."""
+    tb = error.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return getattr(tb.tb_frame.f_code, 'co_qualname', tb.tb_frame.f_code.co_name)
+
+
+def rerun(item, points, source, name, namespace):
+    """(item, status, points, reason): the item's test cell run again, quietly; any exception is its status."""
+    made, error = [], None
+    RERUNS.append(made)
+    try:
+        # on a copy of the notebook's variables, so the cell's own (chk, g, Q, ...) do not overwrite the student's;
+        # its prints and random draws stay out of the notebook (CUDA's only once in use: forking would start it)
+        gpus = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []
+        with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng(gpus):
+            exec(compile(source, name, 'exec'), dict(namespace))
+    except Exception as e:  # one item's failure is its row; KeyboardInterrupt still stops the table
+        error = e
+    finally:
+        RERUNS.pop()
+    mine = [c for c in made if c.item == item] or made
+    passed, failure = (mine[-1].passed, mine[-1].failure) if mine else (0, '')
+    if error is None:
+        return item, f'all {passed} passed', points, ''
+    where = raised_in(error)
+    if isinstance(error, NotImplementedError):
+        # a stub of another item (TransformerClassifier uses EncoderBlock) is said, so the row does not mislead
+        other = where.split('.')[0] != item
+        return item, 'not started', points, f'{item}: waits on {where}, not written yet' if other else ''
+    if failure and isinstance(error, AssertionError):
+        return item, f'{passed} passed, check {passed + 1} failed', points, failure
+    message = (str(error).splitlines() or [''])[0][:200]
+    return item, f'{passed} passed, then {type(error).__name__}', points, \
+        f'{item}: {type(error).__name__} in {where}: {message}'
+
+
+def self_check():
+    """Run the public checks of every test cell run so far in this session again, and print one table of them."""
+    if RERUNS:  # called from a test cell that self_check is rerunning
+        return
+    if not TEST_CELLS:
+        print('No test cell has run yet in this session: run the notebook from the top (Run all), then self_check().')
+        return
+    rows = [rerun(item, *cell) for item, cell in list(TEST_CELLS.items())]
+    done = sum(status.startswith('all ') for _, status, _, _ in rows)
+    table = [('item', 'public checks', 'points at stake')]
+    table += [(item, status, f'{points:g}') for item, status, points, _ in rows]
+    table.append(('total', f'{done} of {len(rows)} items pass', f'{sum(points for _, _, points, _ in rows):g}'))
+    widths = [max(len(row[k]) for row in table) for k in range(3)]
+    print('Self-check: the public checks of each test cell run so far, run again now')
+    for k, (item, status, points) in enumerate(table):
+        if k in (1, len(table) - 1):
+            print('-' * (sum(widths) + 4))
+        print(f'{item:<{widths[0]}}  {status:<{widths[1]}}  {points:>{widths[2]}}')
+    reasons = [reason for _, _, _, reason in rows if reason]
+    if reasons:
+        print('\nWhy:\n' + '\n'.join('  ' + reason.replace('\n', '\n  ') for reason in reasons))
+    print('\nThis counts for nothing: the hidden tests (and the training runs) decide the score at grading.')

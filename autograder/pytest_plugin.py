@@ -32,6 +32,7 @@ from autograder.student import Student
 __all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "suite_path", "suite_checks", "Settings", "Grading", "GRADER_FAILED"]
 
 GRADER_FAILED = 70  # a session's exit code when the grader itself failed (EX_SOFTWARE): nothing was scored, rerun
+GRADING = pytest.StashKey["Grading"]()  # the session's Grading in config.stash; absent when nothing is graded
 SUITES = Path(__file__).resolve().with_name("suites")  # the package's own, wherever it is installed
 # What came back has the wrong structure for the check (a tensor where a pair was due): the answer's fault.
 UNUSABLE = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RuntimeError)
@@ -58,7 +59,7 @@ def reference(aid):
     return reference_parts(aid)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Settings:
     """What one graded session is asked to do (the command line's options, or grade_notebook's arguments)."""
     submission: Path
@@ -86,12 +87,12 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "item(name, kind): the course.yaml item and check kind this test scores")
     submission = config.getoption("submission")
-    if submission and grading_of(config) is None:
+    if submission and grading_of(config) is None:  # grade_notebook registers its own Grading
         out = config.getoption("results_json")
         config.pluginmanager.register(Grading(Settings(
-            Path(submission), config.getoption("assignment"), config.getoption("course_device"),
-            experiments=not config.getoption("no_experiments"), results_json=Path(out) if out else None)),
-            "course-grading")
+            submission=Path(submission), assignment=config.getoption("assignment"),
+            device=config.getoption("course_device"), experiments=not config.getoption("no_experiments"),
+            results_json=Path(out) if out else None)), "course-grading")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -101,7 +102,7 @@ def pytest_collection_modifyitems(config, items):
 
 def grading_of(config):
     """The session's Grading plugin, or None when no submission is being graded."""
-    return next((p for p in config.pluginmanager.get_plugins() if isinstance(p, Grading)), None)
+    return config.stash.get(GRADING, None)
 
 
 @pytest.fixture
@@ -171,12 +172,21 @@ class Grading:
         self.states = {}        # item -> ItemState
         self.students = {}      # nodeid -> the Student a running test was given
         self.selected = set()   # (item, kind) with at least one test left after -k / deselection
-        self.sandbox, self.code, self.aid = None, None, None
-        self.started, self.current_item = False, None
+        # set by configure() once the suite is collected: course.yaml, the assignment, the submission's code
+        self.course, self.assignment, self.aid, self.device = None, None, None, None
+        self.wanted = []        # the items graded, in course.yaml's order
+        self.code = None        # the submission's cells (autograder.notebook.load_student_code)
+        self.notes = []         # what was repaired or failed to load: in the student's output and extra_data.notes
+        self.sandbox, self.started, self.current_item = None, False, None
         self.results, self.grader_error = None, ""
         self.ta_notes = []      # the grader's warnings for the TA (extra_data.notes), never in a student's output
         self.asked_before = 0   # the sandbox's request count as the running test's call began (judge)
         self.t0 = time.monotonic()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config):
+        """Where the fixtures and generated tests find this session (grading_of)."""
+        config.stash[GRADING] = self
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
 
@@ -262,17 +272,17 @@ class Grading:
             except SandboxFailure as e:
                 if e.kind != "sandbox":
                     raise
-                sandbox.close()
+                sandbox.kill()
                 sandbox.start()  # the grader's own process failed to start: once more before blaming anyone
             self.sandbox = sandbox
         except SandboxFailure as e:
-            sandbox.close()
+            sandbox.kill()
             if e.kind == "sandbox":  # before any student code ran: the grader's failure, never a student's zero
                 self.grader_error = f"the sandbox could not be started on this machine: {e}"
                 pytest.exit(self.grader_error, returncode=GRADER_FAILED)
             self.code.error = f"the notebook's code could not be loaded: {e}"
         except StudentRaised as e:
-            sandbox.close()
+            sandbox.kill()
             self.code.error = f"the notebook's code could not be loaded: {e}"
 
     def state_of(self, item):
@@ -291,9 +301,10 @@ class Grading:
         """A Student for this test: its item's deadline and oracle tripwire, its (item, kind)'s seed."""
         item, kind = check_of(test)
         spec, state = self.assignment.items[item], self.state_of(item)
+        limits = self.course.limits_for(self.aid, item)
         student = Student(self.sandbox, item, self.device, state.deadline, watch=spec.from_scratch,
-                          limit_s=self.course.limits_for(self.aid, item).item_seconds,
-                          tripwire=tripwire_table(self.course, self.assignment))
+                          limit_s=limits.item_seconds, tripwire=tripwire_table(self.course, self.assignment))
+        student.search_s = limits.search_seconds
         student.seed = seed_for(self.course.seed, self.aid, item, kind)
         self.students[test.nodeid] = student
         return student
@@ -451,16 +462,17 @@ class Grading:
                 isolation, restarts = self.sandbox.isolation, self.sandbox.restarts
         finally:
             if self.sandbox is not None:
-                self.sandbox.close()
+                self.sandbox.kill()
         if self.grader_error:
             session.exitstatus = GRADER_FAILED
             return
         if self.code is None or exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR):
             return
         outcomes = [o for key, o in self.outcomes.items() if key in self.selected]
-        self.results = results_json(outcomes, self.aid, self.settings.submission, self.device, self.course.seed,
-                                    self.code.error or "; ".join(self.notes), isolation, restarts,
-                                    time.monotonic() - self.t0, self.notes + self.ta_notes)
+        self.results = results_json(outcomes, aid=self.aid, notebook=self.settings.submission, device=self.device,
+                                    seed=self.course.seed, output=self.code.error or "; ".join(self.notes),
+                                    isolation=isolation, restarts=restarts, seconds=time.monotonic() - self.t0,
+                                    notes=self.notes + self.ta_notes)
         if self.settings.results_json:
             atomic_write(self.settings.results_json, json.dumps(self.results, indent=1))
 

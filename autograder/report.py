@@ -1,8 +1,11 @@
-"""What people read: per-item summaries and reasons, the grade table, CSV rows, the experiments' figures."""
+"""What people read: per-item summaries and reasons, the grade table, CSV rows, the experiments' figures, HTML."""
 import csv
 import textwrap
+from pathlib import Path
+from typing import NamedTuple
 
 WIDTH = 120  # the terminal table's width
+TEMPLATES = Path(__file__).parent / "templates" / "report"
 
 
 def item_summary(result):
@@ -160,3 +163,35 @@ def experiment_lines(aid, result):
                                    test["seconds"], data["seed"])
             lines.append(f"{format_row(exp, row)} (graded: {test['score']:g}/{test['max_score']:g})")
     return lines
+
+
+class MetricRow(NamedTuple):
+    """One metric of an experiment as text: measured (4 significant digits), the lecture's figure, the bound;
+    '' where there is none."""
+    name: str
+    measured: str
+    lecture: str
+    bound: str
+
+    def text(self):
+        """'test_mse 0.0191 (lecture 0.0191) [<= 0.025]': the measurement beside the lecture's and the bound."""
+        return (f"{self.name} {self.measured or '-'}" + (f" (lecture {self.lecture})" if self.lecture else "")
+                + (f" [{self.bound}]" if self.bound else ""))
+
+
+def metric_rows(metrics, lecture, threshold):
+    """A MetricRow per metric of the threshold, the measurement or the lecture (in that order of first mention)."""
+    names = dict.fromkeys([*threshold, *metrics, *lecture])
+    return [MetricRow(name, f"{metrics[name]:.4g}" if isinstance(metrics.get(name), (int, float)) else "",
+                      f"{lecture[name]:g}" if name in lecture else "", str(threshold[name]) if name in threshold else "")
+            for name in names]
+
+
+def render_html(template, **context):
+    """A page or fragment from templates/report/ as a str, rendered with autoescape on: every value is escaped once,
+    where it is put in the page; what is already HTML (markupsafe.Markup) is kept as it is."""
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["score"] = score_text
+    return env.get_template(template).render(**context)

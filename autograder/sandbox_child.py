@@ -6,7 +6,11 @@ harness experiment. Nothing here decides a score: the grader compares what comes
 
 Every message is one JSON line, followed by `blob` bytes of safetensors when it carries tensors, on pipes
 the grader created: the grader never opens a path the student can name, so nothing the student leaves on
-disk (a FIFO, a symlink, a huge file) can make the grader wait or write where it should not.
+disk (a FIFO, a symlink, a huge file) can make the grader wait or write where it should not. The messages,
+the tags values travel under and their limits are sandbox_protocol.py's, the one definition both sides load.
+
+In four parts: the files loaded by path, isolation, supervision (zygote and monitors), the request server;
+then the from-scratch tripwire the server arms around the student's code.
 
 Isolation, the best the machine allows (the grader reports which in `extra_data.isolation`):
   namespaces  root with CAP_SYS_ADMIN: a PID namespace (the sandbox is its init: when it dies, every process
@@ -35,13 +39,42 @@ import platform
 import sys
 import traceback
 
+
+# ==============================================================================================================
+# The files loaded by path.
+# Loaded in the zygote, before any sandbox exists: the sandbox's root (or Landlock) shows no course
+# file, and this script imports no autograder package.
+# ==============================================================================================================
+
+
+STATE = None     # autograder/state.py: weights by order and shape, the grader's one copy
+LANDLOCK = None  # autograder/landlock.py: Landlock's calls
+PROTOCOL = None  # autograder/sandbox_protocol.py: the messages and the value codec, the grader's own
+HELPERS = {"STATE": "state.py", "LANDLOCK": "landlock.py", "PROTOCOL": "sandbox_protocol.py"}
+
+
+def load_helpers():
+    """The grader's one copy-by-order-and-shape (state.py), its Landlock calls (landlock.py) and the protocol
+    (sandbox_protocol.py), as modules of their own, from this script's folder: it imports no autograder package."""
+    import importlib.util
+    for name, file in HELPERS.items():
+        spec = importlib.util.spec_from_file_location(f"course_{name.lower()}", os.path.join(os.path.dirname(__file__), file))
+        globals()[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+# ==============================================================================================================
+# Part 1. Isolation: enter the sandbox, as well as the machine allows, before any student code runs.
+# Mount namespaces and a root of its own (build_root), a fresh uid, Landlock, seccomp, rlimits: the levels
+# the module's docstring lists. enter_sandbox picks and reports one.
+# ==============================================================================================================
+
+
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x40000000, 0x08000000, 0x20000000
 PR_SET_KEEPCAPS, PR_SET_CHILD_SUBREAPER, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 8, 36, 1, 2
-MAX_ITEMS = 100_000  # entries of one list/dict sent back: far above any state_dict, below a runaway structure
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 1, 22, 2
-LANDLOCK = None  # autograder/landlock.py, loaded by path like state.py (see load_helpers)
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # What programs and libraries read from /etc; nothing else of the machine's configuration is visible.
@@ -302,13 +335,20 @@ def enter_user_namespace():
     return True
 
 
+# ==============================================================================================================
+# Part 2. Supervision: the zygote forks a monitor per sandbox; the monitor forks the sandbox and ends it.
+# The zygote imports torch once; each monitor watches its sandbox and the grader's lifeline and, when either
+# goes, kills every process of the sandbox and removes its scratch folder.
+# ==============================================================================================================
+
+
 def serve(cfg, req_fd, resp_fd, in_pid_namespace):
     """Enter the sandbox, then answer requests until the grader closes the channel."""
     req, resp = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb")
     try:
         level = enter_sandbox(cfg, in_pid_namespace)
     except Exception as e:
-        resp.write((json.dumps({"fatal": f"could not enter the sandbox: {e}"}) + "\n").encode())
+        resp.write(PROTOCOL.frame({"fatal": f"could not enter the sandbox: {e}"}))
         resp.flush()
         return
     Server(req, resp, cfg, level).serve()
@@ -463,19 +503,6 @@ PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransforme
            "inspect", "types", "json", "typing", "dataclasses", "collections", "itertools", "functools")
 
 
-STATE = None  # autograder/state.py, loaded by path before any sandbox exists (the sandbox's root has no course files)
-
-
-def load_helpers():
-    """The grader's one copy-by-order-and-shape (state.py) and its Landlock calls (landlock.py), as modules of
-    their own: this script imports no autograder package."""
-    import importlib.util
-    for name in ("state", "landlock"):
-        spec = importlib.util.spec_from_file_location(f"course_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py"))
-        globals()[name.upper()] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-
-
 def zygote(control_fd, import_path=None):
     """Import torch once, then fork a sandbox (through its monitor) per request: a sandbox starts in milliseconds.
 
@@ -490,7 +517,7 @@ def zygote(control_fd, import_path=None):
     # The grader's end of the control socket closing (its exit, or its death) is what ends the loop below,
     # and each monitor watches its own lifeline: a Ctrl-C meant for the grader is not for these processes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import numpy, torch, safetensors.torch  # noqa: F401 -- imported once, shared copy-on-write
+    import numpy, torch, safetensors.torch  # noqa: E401, F401 -- imported once, shared copy-on-write
     load_helpers()
     os.environ["MPLBACKEND"] = "Agg"
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox
@@ -511,6 +538,13 @@ def zygote(control_fd, import_path=None):
             monitor(cfg, fds)
         for fd in fds:
             os.close(fd)
+
+
+# ==============================================================================================================
+# Part 3. The request server: answer the grader's requests with the student's code.
+# Messages and values as sandbox_protocol.py defines them (PROTOCOL); each request's exceptions, output and
+# stray processes end with its answer.
+# ==============================================================================================================
 
 
 class StudentError(Exception):
@@ -553,10 +587,17 @@ def restore_builtins():
 
 
 class Server:
+    """Answers the grader's requests in the sandbox, one at a time, until the grader closes the channel.
+
+    A request (sandbox_protocol.OPS) is answered by its method op_<op>, which returns the answer's fields, with
+    its tensors as safetensors bytes under "_blob". Whatever the student's code does (raise, exit, fill the
+    disk, fork) the answer says so and the server goes on; the processes it started end with the request. What
+    the student's code returns that cannot travel (its modules) stays here in `objects`, sent by handle.
+    """
+
     def __init__(self, req, resp, cfg, level):
         import torch
-        import safetensors.torch as st
-        self.torch, self.st, self.cfg, self.level = torch, st, cfg, level
+        self.torch, self.cfg, self.level = torch, cfg, level
         self.req, self.resp = req, resp
         self.pid = os.getpid()
         self.ns = {"__name__": "__main__"}
@@ -568,39 +609,45 @@ class Server:
 
     # --- transport -------------------------------------------------------------------------------
     def send(self, msg, blob=b""):
-        """One JSON line, then `blob` bytes; a process the student forked never speaks for the sandbox."""
+        """One message (sandbox_protocol.frame); a process the student forked never speaks for the sandbox."""
         if os.getpid() != self.pid:
             os._exit(0)
-        self.resp.write((json.dumps({**msg, "blob": len(blob)}) + "\n").encode() + blob)
+        self.resp.write(PROTOCOL.frame(msg, blob))
         self.resp.flush()
 
     def receive(self):
+        """The grader's next request (its tensors' bytes kept in self.blob); None when the grader closed."""
         line = self.req.readline()
         if not line:
             return None
-        msg = json.loads(line)
-        self.blob = self.req.read(msg.get("blob", 0)) if msg.get("blob") else b""
+        msg, size = PROTOCOL.header(line)
+        self.blob = self.req.read(size) if size else b""
         return msg
 
     def serve(self):
         self.send({"ready": True, "pid": self.pid, "isolation": self.level})
         while (msg := self.receive()) is not None:
-            try:
-                self.tripwire.configure(msg.get("tripwire"), self.ns)
-                out = getattr(self, "op_" + msg["op"])(msg)
-                answer, blob = {"id": msg["id"], "ok": True, **out}, out.pop("_blob", b"")
-            except StudentError as e:
-                answer, blob = {"id": msg["id"], "ok": False, "error": str(e)}, b""
-            except BaseException as e:  # noqa: BLE001 -- student code may raise anything, SystemExit included
-                restore_builtins()
-                error, restart = self.limit_reached(e)
-                answer, blob = {"id": msg["id"], "ok": False, "restart": restart,
-                                "error": error or describe(e, student_frames_only=True)}, b""
-            answer.pop("_blob", None)
+            answer, blob = self.answer(msg)
             self.flush_output()  # what the request printed is read with its answer, not one request later
             self.send(answer, blob)
             self.end_strays()
 
+    def answer(self, msg):
+        """(answer, blob) for one request: the student's exception, or a limit it reached, is an answer too."""
+        try:
+            self.tripwire.configure(msg.get("tripwire"), self.ns)
+            out = getattr(self, "op_" + msg["op"])(msg)
+            blob = out.pop("_blob", b"")
+            return {"id": msg["id"], "ok": True, **out}, blob
+        except StudentError as e:
+            return {"id": msg["id"], "ok": False, "error": str(e)}, b""
+        except BaseException as e:  # noqa: BLE001 -- student code may raise anything, SystemExit included
+            restore_builtins()
+            error, restart = self.limit_reached(e)
+            return {"id": msg["id"], "ok": False, "restart": restart,
+                    "error": error or describe(e, student_frames_only=True)}, b""
+
+    # --- limits ----------------------------------------------------------------------------------
     @staticmethod
     def flush_output():
         for stream in (sys.stdout, sys.stderr):
@@ -640,67 +687,37 @@ class Server:
             except ChildProcessError:
                 break
 
+    # --- values (sandbox_protocol's codec) -------------------------------------------------------
     def load_tensors(self):
-        return self.st.load(self.blob) if self.blob else {}
+        return PROTOCOL.unpack(self.blob)
 
     def decode(self, v, tensors):
-        torch = self.torch
-        if isinstance(v, dict):
-            if "T" in v:
-                t = tensors[v["T"]].to(v.get("device", "cpu"))
-                return t.requires_grad_(True) if v.get("grad") else t
-            if "tuple" in v:
-                return tuple(self.decode(x, tensors) for x in v["tuple"])
-            if "list" in v:
-                return [self.decode(x, tensors) for x in v["list"]]
-            if "dict" in v:
-                return {k: self.decode(x, tensors) for k, x in v["dict"].items()}
-            if "handle" in v:
-                return self.objects[v["handle"]]
-            if "generator" in v:
-                return torch.Generator().manual_seed(v["generator"])
-            if "dtype" in v:
-                return getattr(torch, v["dtype"])
-            if "device" in v:
-                return torch.device(v["device"])
-            if "new" in v:  # a fresh PyTorch module built by the protocol, e.g. an nn.MultiheadAttention
-                mod = getattr(torch.nn, v["new"])(*self.decode(v.get("args", {"list": []}), tensors),
-                                                  **self.decode(v.get("kwargs", {"dict": {}}), tensors))
-                if v.get("state"):
-                    self.assign_state(mod, [tensors[k] for k in v["state"]])
-                return mod.to(v.get("to", "cpu"))
-        return v
+        return PROTOCOL.from_grader(v, tensors, self.objects, self.assign_state)
 
-    def encode(self, v, out, depth=0):
-        torch = self.torch
-        if depth > 6:
-            return {"repr": "nested too deeply"}
-        if isinstance(v, torch.Tensor):
-            key = f"t{len(out)}"
-            out[key] = v.detach().to("cpu").contiguous().clone()
-            return {"T": key, "device": str(v.device), "dtype": str(v.dtype).replace("torch.", "")}
-        if type(v).__module__ == "numpy" and hasattr(v, "shape"):
-            key = f"t{len(out)}"
-            out[key] = torch.from_numpy(__import__("numpy").ascontiguousarray(v)).clone()
-            return {"T": key, "device": "numpy", "dtype": str(v.dtype)}
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v if not isinstance(v, str) else v[:1000]
-        if isinstance(v, tuple):
-            return {"tuple": [self.encode(x, out, depth + 1) for x in v[:MAX_ITEMS]]}
-        if isinstance(v, list):
-            return {"list": [self.encode(x, out, depth + 1) for x in v[:MAX_ITEMS]]}
-        if isinstance(v, dict):
-            return {"dict": {str(k): self.encode(x, out, depth + 1) for k, x in list(v.items())[:MAX_ITEMS]}}
-        if isinstance(v, torch.nn.Module):
-            h = f"h{len(self.objects)}"
-            self.objects[h] = v
-            return {"handle": h, "type": type(v).__name__}
-        return {"repr": f"{type(v).__name__}: {safe_repr(v)}"}
+    def arguments(self, msg, tensors):
+        """(args, kwargs) of a call or a construction, decoded."""
+        return (self.decode({PROTOCOL.LIST: msg.get("args", [])}, tensors),
+                self.decode({PROTOCOL.DICT: msg.get("kwargs", {})}, tensors))
 
     def reply(self, value, msg):
         tensors = {}
-        enc = self.encode(value, tensors)
-        return {"value": enc, "_blob": self.st.save(tensors) if tensors else b""}
+        enc = PROTOCOL.to_grader(value, tensors, self.objects)
+        return {"value": enc, "_blob": PROTOCOL.pack(tensors)}
+
+    def assign_state(self, module, values):
+        try:
+            STATE.assign_state(module, values)
+        except STATE.StateMismatch as e:
+            raise StudentError(f"parameters and buffers have shapes {e.module_shapes}, expected {e.value_shapes}") from None
+
+    def target(self, msg):
+        """What a request names: a module by handle (or one of its methods), else a name of the notebook's."""
+        if "handle" in msg:
+            obj = self.objects[msg["handle"]]
+            return getattr(obj, msg["method"]) if msg.get("method") else obj
+        if msg["name"] not in self.ns:
+            raise StudentError(f"'{msg['name']}' is not defined")
+        return self.ns[msg["name"]]
 
     # --- operations ------------------------------------------------------------------------------
     def op_load(self, msg):
@@ -719,20 +736,12 @@ class Server:
             self.flush_output()
         return {"cells": results}
 
-    def target(self, msg, tensors):
-        if "handle" in msg:
-            obj = self.objects[msg["handle"]]
-            return getattr(obj, msg["method"]) if msg.get("method") else obj
-        if msg["name"] not in self.ns:
-            raise StudentError(f"'{msg['name']}' is not defined")
-        return self.ns[msg["name"]]
-
     def op_call(self, msg):
+        """Call a function or method of the student's on the grader's arguments (and backward, with `grad`)."""
         torch = self.torch
         tensors = self.load_tensors()
-        fn = self.target(msg, tensors)
-        args = self.decode({"list": msg.get("args", [])}, tensors)
-        kwargs = self.decode({"dict": msg.get("kwargs", {})}, tensors)
+        fn = self.target(msg)
+        args, kwargs = self.arguments(msg, tensors)
         torch.manual_seed(msg.get("seed", 0))
         try:
             grad = msg.get("grad")
@@ -743,9 +752,7 @@ class Server:
                         value = self.backward(value, args, grad, tensors)
         finally:
             restore_builtins()
-        out = self.reply(value, msg)
-        out["oracle_calls"] = sorted(watched.seen)
-        return out
+        return self.watched_reply(value, msg, watched)
 
     def backward(self, value, args, grad, tensors):
         """d(sum_i <out_i, upstream_i>)/d(args[j]) for the requested args, next to the outputs."""
@@ -761,11 +768,11 @@ class Server:
         return (value, tuple(grads))
 
     def op_new(self, msg):
+        """An instance of the student's class, built on the grader's arguments and seed, kept by handle."""
         torch = self.torch
         tensors = self.load_tensors()
-        cls = self.target(msg, tensors)
-        args = self.decode({"list": msg.get("args", [])}, tensors)
-        kwargs = self.decode({"dict": msg.get("kwargs", {})}, tensors)
+        cls = self.target(msg)
+        args, kwargs = self.arguments(msg, tensors)
         torch.manual_seed(msg.get("seed", 0))
         try:
             with self.tripwire.checking(msg.get("watch", [])) as watched:
@@ -774,31 +781,31 @@ class Server:
             restore_builtins()
         if isinstance(obj, torch.nn.Module):
             obj = obj.to(msg.get("device", "cpu"))
-        out = self.reply(obj, msg)
+        return self.watched_reply(obj, msg, watched)
+
+    def watched_reply(self, value, msg, watched):
+        """The reply to a check's request, with the oracles the student's code called while it ran."""
+        out = self.reply(value, msg)
         out["oracle_calls"] = sorted(watched.seen)
         return out
 
     def op_state(self, msg):
+        """A module's state_dict(): its tensors in order, and their names."""
         obj = self.objects[msg["handle"]]
         items = list(obj.state_dict().items())
         out = self.reply([t for _, t in items], msg)
         out["names"] = [k for k, _ in items]
         return out
 
-    def assign_state(self, module, values):
-        try:
-            STATE.assign_state(module, values)
-        except STATE.StateMismatch as e:
-            raise StudentError(f"parameters and buffers have shapes {e.module_shapes}, expected {e.value_shapes}") from None
-
     def op_load_state(self, msg):
+        """Copy the grader's tensors into a module's state, by order and shape."""
         tensors = self.load_tensors()
         self.assign_state(self.objects[msg["handle"]], [tensors[k] for k in msg["keys"]])
         return {"value": None}
 
     def op_attr(self, msg):
-        tensors = {}
-        obj = self.target(msg, tensors)
+        """An attribute of a module or of a name of the notebook's."""
+        obj = self.target(msg)
         missing = object()
         value = getattr(obj, msg["attr"], missing)
         if value is missing:
@@ -808,7 +815,7 @@ class Server:
     def op_signature(self, msg):
         """The parameters of a function, or of a class's __init__, and of the listed methods."""
         import inspect
-        obj = self.target(msg, {})
+        obj = self.target(msg)
         info = {"kind": "class" if isinstance(obj, type) else ("function" if callable(obj) else type(obj).__name__)}
 
         def params(f, drop_self):
@@ -857,13 +864,6 @@ class Server:
         return out
 
 
-def safe_repr(v):
-    try:
-        return repr(v)[:200]
-    except BaseException:  # noqa: BLE001
-        return "<unprintable>"
-
-
 def describe(e, student_frames_only=False):
     """'ValueError: message (cell attention, line 7)': the error and where in the student's code."""
     try:
@@ -875,10 +875,16 @@ def describe(e, student_frames_only=False):
             loc = f" ({f.filename[1:-1]}, line {f.lineno})"
         elif isinstance(e, SyntaxError) and e.filename:
             loc = f" ({e.filename.strip('<>')}, line {e.lineno})"
-        msg = safe_repr(e.args[0]) if len(e.args) == 1 and not isinstance(e.args[0], str) else str(e)
+        msg = PROTOCOL.safe_repr(e.args[0]) if len(e.args) == 1 and not isinstance(e.args[0], str) else str(e)
         return f"{type(e).__name__}: {msg[:300]}{loc}"
     except BaseException:  # noqa: BLE001
         return "an exception that could not be described"
+
+
+# ==============================================================================================================
+# Part 4. The from-scratch rule at run time: the oracles course.yaml names, watched where they live.
+# See Tripwire.
+# ==============================================================================================================
 
 
 class Tripwire:

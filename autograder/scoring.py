@@ -9,15 +9,16 @@ The rules, in the order they apply to an item:
 3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
 """
 import hashlib
+import importlib.metadata
 import platform
 from pathlib import Path
 
 import torch
 
-import autograder
 from autograder.notebook import names_used
 
 NOT_IMPLEMENTED = "NotImplementedError"
+DISTRIBUTION = "attention-course"  # pyproject.toml's [project] name: the package's version comes from its metadata
 
 
 def seed_for(*parts):
@@ -82,7 +83,15 @@ def zero_reason(item, oracle_used, not_implemented):
     return ""
 
 
-def results_json(outcomes, aid, notebook, device, seed, output, isolation, restarts, seconds, notes):
+def grader_version():
+    """The installed package's version, or 'unknown' where it runs from a checkout that was never installed."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def results_json(outcomes, *, aid, notebook, device, seed, output, isolation, restarts, seconds, notes):
     """results.json (Gradescope's format, which nbgrader's and Otter's paths read too) as a dict."""
     tests = [o.as_test() for o in outcomes]
     return {
@@ -94,6 +103,6 @@ def results_json(outcomes, aid, notebook, device, seed, output, isolation, resta
         "extra_data": {"assignment": aid, "notebook": Path(notebook).name, "device": device, "seed": seed,
                        "isolation": isolation or "none", "restarts": restarts, "seconds": round(seconds, 2),
                        "versions": {"torch": torch.__version__, "python": platform.python_version(),
-                                    "autograder": getattr(autograder, "__version__", "0.1.0")},
+                                    "autograder": grader_version()},
                        "notes": notes},
     }

@@ -8,7 +8,7 @@ carries the oracles it may not use (`watch`), and its answer the ones it called 
 import time
 
 from autograder.checks import Fail
-from autograder.sandbox import Remote, SandboxFailure, encode
+from autograder.sandbox_protocol import DICT, LIST, Remote, SandboxFailure, to_student
 
 
 class Student:
@@ -40,12 +40,24 @@ class Student:
         self.oracle_calls.update(answer.get("oracle_calls", []))
         return answer
 
-    def _ask(self, op, fields, args=(), kwargs=None, raw=False):
+    def _ask(self, op, fields, args=(), kwargs=None, raw=False, grad=None):
+        """One request with its arguments (tensors sent to self.device); the answer's value, or with `raw` the answer.
+
+        `grad` = (wrt, upstream): the arguments at `wrt` require grad, and the answer holds the gradients of
+        sum_i <out_i, upstream_i> with respect to them (None in `upstream`: that output is left out).
+        """
         tensors = {}
         fields = dict(fields)
-        if args or kwargs:
-            fields["args"] = encode(list(args), tensors, self.device)["list"]
-            fields["kwargs"] = encode(dict(kwargs or {}), tensors, self.device)["dict"]
+        if args or kwargs or grad:
+            fields["args"] = to_student(list(args), tensors, self.device)[LIST]
+            fields["kwargs"] = to_student(dict(kwargs or {}), tensors, self.device)[DICT]
+        if grad:
+            wrt, upstream = grad
+            for j in wrt:
+                fields["args"][j]["grad"] = True
+            keys = [None if u is None else f"u{k}" for k, u in enumerate(upstream)]
+            tensors.update({key: u for key, u in zip(keys, upstream) if key})
+            fields["grad"] = {"wrt": list(wrt), "upstream": keys}
         answer = self._request(op, tensors, fields)
         return answer if raw else self.sandbox.value(answer)
 
@@ -61,21 +73,8 @@ class Student:
 
     def grad(self, name, args, wrt, upstream, method=None, **kwargs):
         """(outputs, grads of sum <out_i, upstream_i> w.r.t. args[j] for j in wrt)."""
-        tensors = {}
-        enc_args = encode(list(args), tensors, self.device)["list"]
-        for j in wrt:
-            enc_args[j]["grad"] = True
-        ups = []
-        for k, u in enumerate(upstream):
-            if u is None:
-                ups.append(None)
-            else:
-                tensors[f"u{k}"] = u
-                ups.append(f"u{k}")
-        fields = {"args": enc_args, "kwargs": encode(dict(kwargs), tensors, self.device)["dict"],
-                  "grad": {"wrt": list(wrt), "upstream": ups}, "watch": self.watch}
-        fields.update({"handle": name.handle, "method": method} if isinstance(name, Remote) else {"name": name})
-        return self.sandbox.value(self._request("call", tensors, fields))
+        target = {"handle": name.handle, "method": method} if isinstance(name, Remote) else {"name": name}
+        return self._ask("call", {**target, "watch": self.watch}, args, kwargs, grad=(wrt, upstream))
 
     def new(self, name, *args, **kwargs):
         """An instance of the student's class, built with the grader's seed on self.device."""

@@ -6,10 +6,13 @@ own training runs (benchmarks/lecture_loops.py): grading a complete submission s
 lecture's training does. All three are measured in this one run, so the ratios are meaningful on a shared, noisy
 machine; absolute seconds are not.
 
-    python benchmarks/grading_cost.py [ID ...] [--no-experiments] [--no-bare] [--device cuda]
+    python benchmarks/grading_cost.py [ID ...] [--no-experiments] [--no-bare] [--device cuda] [--partly-right]
 
 --device moves the graded run's and the lecture's training there; the bare column stays on the CPU (its checks
-are the suites' own CPU cases).
+are the suites' own CPU cases). --partly-right also grades the demo's partly-right submission (half the items
+solved, one with its typical mistake, the rest stubs) and sets each item's time beside the complete one's with the
+smallest-failing-case searches it ran (autograder/smallest_case.py): a failing item may cost at most the search
+budget more; the complete submission runs none.
 """
 import argparse
 import os
@@ -21,8 +24,9 @@ from pathlib import Path
 import nbformat
 import torch
 
+from autograder import smallest_case
 from autograder.config import CHECK_ORDER, load_course
-from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.examples import examples, release_notebook, solved_sources, with_cells
 from autograder.experiments import reference_parts, run_reference
 from autograder.pytest_plugin import suite_checks
 from autograder.sandbox import Fresh, Remote, Seeded
@@ -128,20 +132,37 @@ def bare(aid, with_experiments):
     return out
 
 
-def graded(aid, with_experiments, device="cpu"):
-    """item -> seconds the real grader spent (sandbox and all), from results.json's per-test times."""
+def graded(aid, with_experiments, device="cpu", nb=None):
+    """item -> seconds the real grader spent (sandbox and all), from results.json's per-test times; the wall time;
+    and the smallest-case searches run. `nb`: the notebook to grade (default: the complete solution)."""
     from autograder.grade import grade_notebook
+    complete = nb is None
+    searches_before = len(smallest_case.SEARCHES)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{aid}.ipynb"
-        nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
+        nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)) if complete else nb, path)
         t0 = time.perf_counter()
         result = grade_notebook(path, aid, device=device, experiments=with_experiments)
         wall = time.perf_counter() - t0
     per_item = {}
     for t in result["tests"]:
         per_item[t["item"]] = per_item.get(t["item"], 0.0) + t["seconds"]
-    assert result["score"] == result["max_score"], "the reference must score full marks"
-    return per_item, wall
+    assert not complete or result["score"] == result["max_score"], "the reference must score full marks"
+    return per_item, wall, smallest_case.SEARCHES[searches_before:]
+
+
+def print_partly_right(aid, complete, searches, with_exp, device):
+    """The partly-right submission's items beside the complete one's, with each item's search seconds."""
+    per_item, wall, found = graded(aid, with_exp, device, examples(aid)["partly_right"])
+    spent = {}
+    for item, seconds, _ in found:
+        spent[item] = spent.get(item, 0.0) + seconds
+    print(f"  partly right: graded in {wall:.1f} s wall; searches {len(found)} (budget "
+          f"{smallest_case.BUDGET_S:g} s per item); the complete submission ran {len(searches)}")
+    print(f"  {'item':<30}{'complete s':>11}{'partly s':>10}{'search s':>10}{'extra / budget':>16}")
+    for item in per_item:
+        c, p, s = complete.get(item, float("nan")), per_item[item], spent.get(item, 0.0)
+        print(f"  {item:<30}{c:>11.2f}{p:>10.2f}{s:>10.2f}{(p - c) / smallest_case.BUDGET_S:>16.2f}")
 
 
 def main():
@@ -150,13 +171,15 @@ def main():
     parser.add_argument("--no-experiments", action="store_true")
     parser.add_argument("--no-bare", action="store_true", help="skip the in-process column (it doubles the run)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where the graded and the lecture's training run")
+    parser.add_argument("--partly-right", action="store_true",
+                        help="also grade the demo's partly-right submission: the cost of the smallest-case searches")
     args = parser.parse_args()
     os.environ["COURSE_NO_CACHE"] = "1"  # measure the training, not the cache
     with_exp = not args.no_experiments
     rows = []
     for aid in args.ids or load_course().assignments:
         per_item_bare = {} if args.no_bare else bare(aid, with_exp)
-        per_item_graded, wall = graded(aid, with_exp, args.device)
+        per_item_graded, wall, searches = graded(aid, with_exp, args.device)
         lecture = lecture_seconds(aid, args.device) if with_exp else float("nan")
         total_bare = sum(per_item_bare.values()) if per_item_bare else float("nan")
         print(f"\n{aid}: graded in {wall:.1f} s wall, bare compute {total_bare:.1f} s, lecture {lecture:.1f} s")
@@ -164,6 +187,8 @@ def main():
         for item in per_item_graded:
             g, b = per_item_graded[item], per_item_bare.get(item, float("nan"))
             print(f"  {item:<30}{g:>10.2f}{b:>10.2f}{(g / b if b > 0 else float('nan')):>8.1f}")
+        if args.partly_right:
+            print_partly_right(aid, per_item_graded, searches, with_exp, args.device)
         rows.append((aid, wall, total_bare, lecture))
     print(f"\n{'assignment':<26}{'graded s':>10}{'bare s':>10}{'ratio':>8}{'lecture s':>11}{'graded / lecture':>18}")
     for aid, wall, b, lec in rows:

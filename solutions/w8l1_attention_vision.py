@@ -10,7 +10,6 @@ Dimension names used throughout:
 """
 import math
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

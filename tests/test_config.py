@@ -35,6 +35,22 @@ def test_a_wrong_key_or_value_names_the_key_and_the_file(bad, key):
     assert "/x/course.yaml" in str(err.value) and key in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("override, key", [
+    ("memory_mb: 0", "assignments.w8l1_attention_vision.items.AutoEncoder.limits.memory_mb"),
+    ("item_seconds: -5", "assignments.w8l1_attention_vision.items.AutoEncoder.limits.item_seconds"),
+    ("allow_unisolated: true", "assignments.w8l1_attention_vision.items.AutoEncoder.limits.allow_unisolated"),
+])
+def test_an_items_limits_are_the_courses_limits_with_their_bounds(override, key):
+    """An item overrides any of `limits` but allow_unisolated, each within the course-wide field's bounds."""
+    item = '        signature: "(k, hidden=256)"\n'
+    assert item in TEXT
+    with pytest.raises(ConfigError, match=key):
+        parse_course(TEXT.replace(item, item + f"        limits: {{{override}}}\n", 1), "/x/course.yaml")
+    fine = parse_course(TEXT.replace(item, item + "        limits: {memory_mb: 99, processes: 7}\n", 1), "c.yaml")
+    limits = fine.limits_for("w8l1_attention_vision", "AutoEncoder")
+    assert (limits.memory_mb, limits.processes, limits.item_seconds) == (99, 7, COURSE.limits.item_seconds)
+
+
 def test_not_yaml_is_a_clear_error():
     with pytest.raises(ConfigError, match="course.yaml: not valid YAML"):
         parse_course("a: [1, 2", "course.yaml")

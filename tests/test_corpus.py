@@ -54,7 +54,7 @@ def prepend_body(gid, code):
     def edit(nb, folder):
         cell = cell_of(nb, gid)
         lines = cell.source.splitlines()
-        k = next(i for i, l in enumerate(lines) if l.strip().startswith("### BEGIN SOLUTION"))
+        k = next(i for i, line in enumerate(lines) if line.strip().startswith("### BEGIN SOLUTION"))
         indent = lines[k][: len(lines[k]) - len(lines[k].lstrip())]
         lines[k + 1:k + 1] = [indent + line for line in code.splitlines()]
         cell.source = "\n".join(lines)

@@ -237,7 +237,8 @@ def run_suite(tmp_path, name, properties, nb):
     """One graded session of a suite written here: (exit code, the Grading)."""
     suite = tmp_path / f"test_{name}.py"
     suite.write_text(SUITE.format(properties=properties))
-    grading = Grading(Settings(nb, LAB14, "cpu", ["make_memory_dataset"], False))
+    grading = Grading(Settings(submission=nb, assignment=LAB14, device="cpu", items=["make_memory_dataset"],
+                               experiments=False))
     return pytest.main([str(suite), *IN_PROCESS], plugins=[grading]), grading
 
 

@@ -1,6 +1,4 @@
 """Meta-tests of the grader: the solution scores 100%, the stubs 0, planted mistakes lose points where they are."""
-import importlib
-
 import nbformat
 import yaml
 import pytest
@@ -9,8 +7,7 @@ from autograder.build import item_cell
 from autograder.config import load_course
 from autograder.grade import grade_notebook
 from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.notebook import names_used
-from autograder.report import item_summary
+from tests.planted import dependents, planted, planted_module, rounds, scores, variant_source
 
 pytestmark = pytest.mark.grading
 COURSE = load_course()
@@ -22,68 +19,9 @@ def write(nb, path):
     return path
 
 
-def scores(result):
-    return {item: (s, m) for item, (s, m, _) in item_summary(result).items()}
-
-
-def planted_module(aid):
-    try:
-        return importlib.import_module(f"tests.planted.{aid}")
-    except ModuleNotFoundError:
-        return None  # test_every_item_has_planted_mistakes_and_a_correct_alternative reports it
-
-
-def planted(aid):
-    return getattr(planted_module(aid), "PLANTED", {})
-
-
 def checks_of(aid, item):
     """The suite's checks of an item that carry points (exists is generic: the signature)."""
     return {k for k in COURSE.assignment(aid).items[item].points if k != "exists"}
-
-
-def variant_source(aid, item, variant):
-    """A planted variant's cell: an (old, new) edit of the reference cell, or a whole cell."""
-    if isinstance(variant, tuple):
-        source = item_cell(aid, item, solved=True)
-        assert variant[0] in source, f"{aid}.{item}: planted edit {variant[0]!r} no longer matches the reference"
-        return source.replace(variant[0], variant[1], 1)
-    return variant
-
-
-def dependents(aid):
-    """item -> the items whose reference code or checks use it, directly or through others."""
-    items = list(COURSE.assignment(aid).items)
-    uses = {i: (names_used(item_cell(aid, i, solved=True)) or set()) & set(items) - {i} for i in items}
-    for item, used in getattr(planted_module(aid), "CHECKED_WITH", {}).items():
-        uses[item] |= set(used)
-    closure = {}
-    for item in items:
-        found, frontier = set(), {item}
-        while frontier:
-            frontier = {j for j in items if uses[j] & frontier} - found
-            found |= frontier
-        closure[item] = found
-    return closure
-
-
-def rounds(aid):
-    """Planted wrong variants packed into rounds whose items neither share nor feed each other's dependents."""
-    deps = dependents(aid)
-    pending = [(item, name, v) for item, spec in planted(aid).items() for name, v in spec["wrong"].items()]
-    out = []
-    while pending:
-        taken, reach, rest = [], set(), []
-        for item, name, v in pending:
-            mine = {item} | deps[item]
-            if mine & reach or any(item == t[0] for t in taken):
-                rest.append((item, name, v))
-            else:
-                taken.append((item, name, v))
-                reach |= mine
-        out.append(taken)
-        pending = rest
-    return out
 
 
 @pytest.mark.parametrize("aid", AIDS)

@@ -137,7 +137,7 @@ def probe(forced_process):
         time.sleep(0.3)
         out["bomb_outlived_item"] = len(processes_named(marker))
     out["disk_mb_written"] = ask("disk", 3 * LIMITS.disk_mb)
-    sb.close()
+    sb.kill()
     time.sleep(0.3)
     out["background_outlived_sandbox"] = bool(processes_named(seconds))
     for pid in processes_named(seconds):  # the unisolated case's leftovers: ours to clean up
@@ -271,7 +271,7 @@ try:
     found = None if sb.load_errors else Student(sb, "found", "cpu", time.monotonic() + 30).call("found")
     print(json.dumps({"level": sb.isolation, "load_errors": sb.load_errors, "found": found}))
 finally:
-    sb.close()
+    sb.kill()
 '''
 
 

@@ -1,10 +1,7 @@
 """The grader's own life: nothing of a sandbox outlives a killed grader, an interrupted batch keeps what is done
 and leaves nothing running, and two graders sharing one results folder lose or corrupt nothing."""
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 

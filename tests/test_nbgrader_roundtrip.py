@@ -35,7 +35,7 @@ c.TrustedGrade.device = "cpu"
 
 def half_done(aid):
     """Some items right (those without a training experiment, to keep CI quick), one with a planted mistake."""
-    from tests.test_grading import planted, variant_source
+    from tests.planted import planted, variant_source
     assignment = COURSE.assignment(aid)
     cheap = [i for i in assignment.items if not assignment.experiments_of(i)]
     right = cheap[: max(2, len(cheap) // 2)]

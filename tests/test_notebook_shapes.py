@@ -132,11 +132,12 @@ def test_course_grade_and_otter_grade_metadata_less_and_renamed_notebooks_in_ful
     assert sorted(ours) == sorted(p.name for p in notebooks.values()), sorted(ours)
     zip_path = export_gradescope(AID, tmp_path / "autograder.zip", device="cpu")
     for shape, path in notebooks.items():
-        theirs = otter_run(zip_path, path, tmp_path / f"otter-{shape}")
-        for result in (ours[path.name], theirs):  # Otter's results.json has no total: Gradescope adds the tests up
-            assert sum(t["score"] for t in result["tests"]) == pytest.approx(TOTAL), (shape, result.get("output"))
-        assert ours[path.name]["score"] == pytest.approx(TOTAL)
-        assert [(t["name"], t["score"]) for t in theirs["tests"]] == [(t["name"], t["score"]) for t in ours[path.name]["tests"]]
-        if made[shape][2] and shape == "stripped":  # a renamed file is no news to either: each is handed the file
-            assert made[shape][2] in ours[path.name]["output"] and made[shape][2] in theirs["output"], theirs["output"]
+        assert ours[path.name]["score"] == pytest.approx(TOTAL), (shape, ours[path.name].get("output"))
+    # Otter on the metadata-less one only: a renamed file is no news to Otter, which is handed the file itself
+    # (and each Otter run trains memory_task again, in the zip's own course folder)
+    path, note = notebooks["stripped"], made["stripped"][2]
+    theirs = otter_run(zip_path, path, tmp_path / "otter-stripped")
+    assert sum(t["score"] for t in theirs["tests"]) == pytest.approx(TOTAL), theirs.get("output")  # Gradescope adds
+    assert [(t["name"], t["score"]) for t in theirs["tests"]] == [(t["name"], t["score"]) for t in ours[path.name]["tests"]]
+    assert note and note in ours[path.name]["output"] and note in theirs["output"], theirs["output"]
     print(f"\ncourse grade + otter run, metadata-less and renamed: {time.monotonic() - started:.0f} s")

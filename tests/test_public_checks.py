@@ -1,6 +1,9 @@
 """The public-check helper students run: stand-alone, honest counts, and a hint for a recognised mistake."""
 import ast
+import linecache
 import math
+import re
+import sys
 
 import pytest
 import torch
@@ -10,11 +13,11 @@ from autograder.build import PUBLIC_CHECKS
 from autograder.public_checks import SCALE_MISSING, PublicChecks, unscaled
 
 
-def test_the_helper_needs_only_torch_and_math():
+def test_the_helper_needs_only_torch_and_the_standard_library():
     tree = ast.parse(PUBLIC_CHECKS.read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"torch", "math"}, imported
+    assert "torch" in imported and imported - {"torch"} <= sys.stdlib_module_names, imported
 
 
 def attention_without_scale(Q, K, V):
@@ -53,3 +56,92 @@ def test_other_mistakes_get_no_hint_and_a_pass_reports_the_points(capsys):
 def test_unscaled_queries_undo_the_scale():
     q, k = torch.randn(4, 16, dtype=torch.float64), torch.randn(6, 16, dtype=torch.float64)
     torch.testing.assert_close(unscaled(q) @ k.T / math.sqrt(16), q @ k.T)
+
+
+def notebook(monkeypatch):
+    """A namespace run like a Jupyter kernel's: each cell's text kept in linecache as IPython keeps it."""
+    ns = {}
+
+    def run(source):
+        name = f"<ipython-input-{len(ns)}-{abs(hash(source))}>"
+        monkeypatch.setitem(linecache.cache, name, (len(source), None, source.splitlines(True), name))
+        exec(compile(source, name, "exec"), ns)
+    run(PUBLIC_CHECKS.read_text())
+    return ns, run
+
+
+STUDENT = """
+def double(x):
+    raise NotImplementedError()
+
+def halve(x):
+    return x / 3
+
+def square(x):
+    return x * x
+
+def cube(x):
+    return x ** '3'
+
+def quadruple(x):
+    return double(double(x))
+"""
+
+TEST_CELLS = {
+    "double": "chk = PublicChecks('double', points=2)\nchk.check(double(1) == 2, 'double(1)', 2, double(1))\nchk.done()",
+    "halve": ("chk = PublicChecks('halve', points=3)\nchk.check(halve(4) is not None, 'returns a value', 'a number', None)\n"
+              "chk.check(halve(4) == 2, 'halve(4)', 2, halve(4))\nchk.done()"),
+    "square": ("chk = PublicChecks('square', points=4)\ng = torch.Generator().manual_seed(0)\ntorch.manual_seed(1)\n"
+               "x = torch.randn(3)\nchk.close('square(x)', square(x), x * x)\nchk.check(square(-2) == 4, 'square(-2)', 4, "
+               "square(-2))\nchk.done()"),
+    "cube": "chk = PublicChecks('cube', points=1)\nchk.check(cube(2) == 8, 'cube(2)', 8, cube(2))\nchk.done()",
+    "quadruple": "chk = PublicChecks('quadruple', points=5)\nchk.check(quadruple(1) == 4, 'quadruple(1)', 4, 0)\nchk.done()",
+}
+
+
+def table(out):
+    """The self-check table's rows as (item, status, points), split on the runs of spaces between columns."""
+    return [tuple(re.split(r"\s{2,}", line.strip())) for line in out.splitlines()
+            if line.strip() and not line.startswith(("Self-check", "---", "  ", "Why", "This"))][1:]
+
+
+def test_self_check_reruns_each_test_cell_and_tabulates_stub_wrong_right_and_broken(monkeypatch, capsys):
+    ns, run = notebook(monkeypatch)
+    run(STUDENT)
+    for item, cell in TEST_CELLS.items():
+        if item == "square":
+            run(cell)
+        else:
+            with pytest.raises((NotImplementedError, AssertionError, TypeError)):
+                run(cell)
+    ns["chk"], ns["x"] = "the student's chk", "the student's x"
+    rng = torch.get_rng_state()
+    capsys.readouterr()
+    ns["self_check"]()
+    out = capsys.readouterr().out
+    assert table(out) == [("double", "not started", "2"),
+                          ("halve", "1 passed, check 2 failed", "3"),
+                          ("square", "all 2 passed", "4"),
+                          ("cube", "0 passed, then TypeError", "1"),
+                          ("quadruple", "not started", "5"),
+                          ("total", "1 of 5 items pass", "15")]
+    assert "halve: public check 2 failed: halve(4)" in out and "got:      1.33" in out
+    assert "cube: TypeError in cube:" in out
+    assert "quadruple: waits on double, not written yet" in out and "double: waits" not in out
+    assert "  ok  " not in out  # the checks' own lines stay out of the table
+    assert ns["chk"] == "the student's chk" and ns["x"] == "the student's x"
+    assert torch.equal(torch.get_rng_state(), rng)
+    run("def halve(x):\n    return x / 2")  # the student fixes it: the next self-check runs the new code
+    ns["self_check"]()
+    assert ("halve", "all 2 passed", "3") in table(capsys.readouterr().out)
+
+
+def test_self_check_before_any_test_cell_and_checks_made_outside_a_cell_register_nothing(monkeypatch, capsys):
+    ns, run = notebook(monkeypatch)
+    script = STUDENT + TEST_CELLS["square"]  # the notebook run as a script: its file, not a cell, made the checks
+    monkeypatch.setitem(linecache.cache, "/a/script.py", (len(script), 1.7e9, script.splitlines(True), "/a/script.py"))
+    exec(compile(script, "/a/script.py", "exec"), ns)
+    ns["PublicChecks"]("square", points=4)
+    capsys.readouterr()
+    ns["self_check"]()
+    assert capsys.readouterr().out.startswith("No test cell has run yet")

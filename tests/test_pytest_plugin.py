@@ -1,18 +1,75 @@
 """A hidden suite is a pytest suite: the TA's pytest command and `course grade` give the same results, pytest's
 own options work on it, and a broken suite fails the session instead of scoring anyone."""
+import importlib.metadata
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from autograder.config import ROOT
 from autograder.examples import write_examples
-from autograder.pytest_plugin import GRADER_FAILED, suite_path
+from autograder.pytest_plugin import GRADER_FAILED, GRADING, Grading, Settings, grading_of, suite_path
+from autograder.scoring import Outcome, results_json
 
-pytestmark = pytest.mark.grading
+pytest_plugins = ["pytester"]
 AID = "lab14_transformers"
 SUITE = str(suite_path(AID).relative_to(ROOT))
+RESULT = dict(aid=AID, notebook="x.ipynb", device="cpu", seed=0, output="", isolation="uid", restarts=0,
+              seconds=1.0, notes=[])
+
+
+# --- the plugin's own parts, no sandbox --------------------------------------------------------------
+
+def test_settings_and_results_json_take_keywords_only():
+    with pytest.raises(TypeError):
+        Settings(Path("x.ipynb"), AID)
+    with pytest.raises(TypeError):
+        results_json([], AID, "x.ipynb", "cpu", 0, "", "uid", 0, 1.0, [])
+    assert Settings(submission=Path("x.ipynb"), assignment=AID).device == "auto"
+
+
+def test_a_gradings_state_exists_before_its_suite_is_collected():
+    grading = Grading(Settings(submission=Path("x.ipynb")))
+    assert (grading.course, grading.assignment, grading.aid, grading.device, grading.code) == (None,) * 5
+    assert grading.wanted == [] and grading.notes == [] and grading.results is None
+
+
+def test_the_session_is_kept_in_the_config_stash(pytester, monkeypatch):
+    """grade_notebook's Grading and the one --submission makes are both found in config.stash, not by a scan."""
+    given = Grading(Settings(submission=Path("x.ipynb")))
+    pytester.plugins.append(given)
+    config = pytester.parseconfigure("-p", "autograder.pytest_plugin")
+    monkeypatch.setattr(config.pluginmanager, "get_plugins", lambda: pytest.fail("grading_of scanned the plugins"))
+    assert config.stash[GRADING] is given and grading_of(config) is given
+
+    pytester.plugins.remove(given)
+    made = pytester.parseconfigure("-p", "autograder.pytest_plugin", "--submission", "alice.ipynb",
+                                   "--assignment", AID, "--results-json", "out.json", "--no-experiments")
+    grading = grading_of(made)
+    assert isinstance(grading, Grading) and grading is not given
+    assert grading.settings == Settings(submission=Path("alice.ipynb"), assignment=AID, experiments=False,
+                                        results_json=Path("out.json"))
+    assert grading_of(pytester.parseconfigure("-p", "autograder.pytest_plugin")) is None
+
+
+def test_results_json_reports_the_installed_packages_version(monkeypatch):
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "9.8.7" if name == "attention-course" else pytest.fail(name))
+    result = results_json([Outcome("f", "values", 2)], **RESULT)
+    assert result["extra_data"]["versions"]["autograder"] == "9.8.7"
+    assert (result["score"], result["max_score"]) == (0, 2.0)
+
+
+def test_results_json_says_unknown_when_the_package_is_not_installed(monkeypatch):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert results_json([], **RESULT)["extra_data"]["versions"]["autograder"] == "unknown"
+
+
+# --- whole sessions: pytest in a subprocess, the sandbox included --------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +89,7 @@ def without_timings(result):
     return result
 
 
+@pytest.mark.grading
 @pytest.mark.slow
 def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp_path, graded_solutions):
     """For the complete, the untouched release and a half-done notebook (experiments on)."""
@@ -57,6 +115,7 @@ def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp
         assert len(lines) == len(ours["tests"]) == 22, session.stdout[-3000:]
 
 
+@pytest.mark.grading
 @pytest.mark.slow
 def test_pytest_options_select_stop_and_report(examples, tmp_path):
     out, junit = tmp_path / "r.json", tmp_path / "junit.xml"
@@ -74,6 +133,7 @@ def test_pytest_options_select_stop_and_report(examples, tmp_path):
     assert stop.returncode == 1 and "stopping after 1 failures" in stop.stdout, stop.stdout[-3000:]
 
 
+@pytest.mark.grading
 def test_failure_messages_are_the_checkers_never_the_suites_source(examples, tmp_path):
     out = tmp_path / "r.json"
     session = run("-m", "pytest", SUITE, "--submission", str(examples["partly_right"]), "--device", "cpu",
@@ -86,6 +146,7 @@ def test_failure_messages_are_the_checkers_never_the_suites_source(examples, tmp
         assert str(ROOT) not in test["output"] and "Traceback" not in test["output"], test
 
 
+@pytest.mark.grading
 def test_a_suite_that_breaks_fails_the_session_and_scores_nobody(examples, tmp_path):
     broken = tmp_path / "test_broken_suite.py"
     broken.write_text("import pytest\n\n\n@pytest.mark.item('scaled_dot_product_attention', 'shapes')\n"
@@ -99,6 +160,7 @@ def test_a_suite_that_breaks_fails_the_session_and_scores_nobody(examples, tmp_p
     assert not out.exists()
 
 
+@pytest.mark.grading
 def test_a_suite_needs_a_submission(tmp_path):
     session = run("-m", "pytest", SUITE, "-p", "no:cacheprovider")
     assert session.returncode == pytest.ExitCode.USAGE_ERROR

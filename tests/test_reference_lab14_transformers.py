@@ -295,7 +295,8 @@ def test_positional_encoding_properties():
     dist = torch.cdist(pe, pe) + torch.eye(L) * 1e9
     assert dist.min() > 1e-2
     assert pe.abs().max() <= 1 + 1e-7
-    crossings = lambda col: int((torch.sign(pe[1:, col]) != torch.sign(pe[:-1, col])).sum())
+    def crossings(col):
+        return int((torch.sign(pe[1:, col]) != torch.sign(pe[:-1, col])).sum())
     assert crossings(0) > crossings(4) > crossings(12) > crossings(30)
     # least-squares M_k from positions 0..L-k-1 reproduces PE[pos + k] exactly
     for k in (1, 5, 17):

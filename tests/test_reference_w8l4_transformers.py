@@ -126,8 +126,10 @@ def test_attention_is_permutation_equivariant_without_positions():
 def test_slides_worked_example_112_96():
     """Scores 112 and 96 with d_k = 64: divided by 8 gives 14 and 12, softmax 0.88 / 0.12 (slides, to 0.005)."""
     d_k = 64
-    q = torch.zeros(1, d_k, dtype=torch.float64); q[0, 0] = 1.0
-    K = torch.zeros(2, d_k, dtype=torch.float64); K[0, 0], K[1, 0] = 112.0, 96.0   # q.k1 = 112, q.k2 = 96
+    q = torch.zeros(1, d_k, dtype=torch.float64)
+    q[0, 0] = 1.0
+    K = torch.zeros(2, d_k, dtype=torch.float64)
+    K[0, 0], K[1, 0] = 112.0, 96.0   # q.k1 = 112, q.k2 = 96
     V = torch.eye(2, dtype=torch.float64)
     Z, A = S.attention(q, K, V)
     assert math.sqrt(d_k) == 8.0
@@ -210,7 +212,8 @@ def test_mha_matches_nn_multiheadattention(case, dtype):
         mask = S.causal_mask(Tq)
         kw = dict(attn_mask=mask)                             # nn.MHA's bool attn_mask is True = blocked too
     elif kind == "padding":
-        lens = torch.randint(1, Tk + 1, (B,), generator=g); lens[0] = max(1, Tk - 3)
+        lens = torch.randint(1, Tk + 1, (B,), generator=g)
+        lens[0] = max(1, Tk - 3)
         kpm = pad_mask(lens, Tk)
         mask, kw = kpm[:, None, None, :], dict(key_padding_mask=kpm)
     elif kind == "per_batch":                                 # (B, T_q, T_k): the same for every head
@@ -249,7 +252,8 @@ def test_mha_causal_mask_stops_the_future_leaking():
     torch.manual_seed(0)
     mha = S.MultiHeadAttention(64, 8).double()
     x = torch.randn(1, 6, 64, dtype=torch.float64)
-    x2 = x.clone(); x2[0, -1] = torch.randn(64, dtype=torch.float64)
+    x2 = x.clone()
+    x2[0, -1] = torch.randn(64, dtype=torch.float64)
     m = S.causal_mask(6)
     torch.testing.assert_close(mha(x, mask=m)[0][0, :-1], mha(x2, mask=m)[0][0, :-1], atol=1e-12, rtol=0)
     assert (mha(x)[0][0, :-1] - mha(x2)[0][0, :-1]).abs().max() > 1e-3   # without it the change leaks
@@ -340,8 +344,10 @@ def torch_encoder_from(ours, d, h, d_ff):
     ref = nn.TransformerEncoderLayer(d, h, dim_feedforward=d_ff, dropout=0.0, batch_first=True)
     ref = ref.to(ours.norm1.weight.dtype)
     ref.self_attn = torch_mha_from(ours.attn)
-    ref.linear1.load_state_dict(ours.ff.lin1.state_dict()); ref.linear2.load_state_dict(ours.ff.lin2.state_dict())
-    ref.norm1.load_state_dict(ours.norm1.state_dict()); ref.norm2.load_state_dict(ours.norm2.state_dict())
+    ref.linear1.load_state_dict(ours.ff.lin1.state_dict())
+    ref.linear2.load_state_dict(ours.ff.lin2.state_dict())
+    ref.norm1.load_state_dict(ours.norm1.state_dict())
+    ref.norm2.load_state_dict(ours.norm2.state_dict())
     return ref
 
 
@@ -351,7 +357,8 @@ def torch_decoder_from(ours, d, h, d_ff):
     ref = ref.to(ours.norm1.weight.dtype)
     ref.self_attn = torch_mha_from(ours.self_attn)
     ref.multihead_attn = torch_mha_from(ours.cross_attn)
-    ref.linear1.load_state_dict(ours.ff.lin1.state_dict()); ref.linear2.load_state_dict(ours.ff.lin2.state_dict())
+    ref.linear1.load_state_dict(ours.ff.lin1.state_dict())
+    ref.linear2.load_state_dict(ours.ff.lin2.state_dict())
     for i in (1, 2, 3):
         getattr(ref, f"norm{i}").load_state_dict(getattr(ours, f"norm{i}").state_dict())
     return ref
@@ -383,7 +390,8 @@ def test_encoder_layer_matches_nn_transformer_encoder_layer(padded, dtype):
     torch.testing.assert_close(y, y_ref, **TOL[dtype])
     assert_grads_close([y], [x], [y_ref], [x], 13, GRAD_TOL[dtype])
     up = torch.randn(y.shape, generator=gen(14), dtype=torch.float64).to(dtype)
-    (y * up).sum().backward(); (y_ref * up).sum().backward()
+    (y * up).sum().backward()
+    (y_ref * up).sum().backward()
     for p, ref_grad in mha_param_pairs(ours.attn, ref.self_attn):
         torch.testing.assert_close(p.grad, ref_grad(), **GRAD_TOL[dtype])
     for a, b in [(ours.ff.lin1, ref.linear1), (ours.ff.lin2, ref.linear2), (ours.norm1, ref.norm1), (ours.norm2, ref.norm2)]:
@@ -418,7 +426,8 @@ def test_decoder_layer_is_causal():
     layer = S.DecoderLayer(32, 4, 64).double()
     y = torch.randn(2, 6, 32, dtype=torch.float64)
     mem = torch.randn(2, 9, 32, dtype=torch.float64)
-    y2 = y.clone(); y2[:, 4] += 1.0
+    y2 = y.clone()
+    y2[:, 4] += 1.0
     cm = S.causal_mask(6)
     a, A_self, _ = layer(y, mem, cm)
     b, _, _ = layer(y2, mem, cm)

@@ -11,6 +11,7 @@ import pytest
 from autograder.build import BEGIN, HIDDEN_BEGIN, generate, item_cell, normalised, solve, sync, verify
 from autograder.config import ROOT, load_course
 from autograder.notebook import nbgrader_meta
+from tests.test_public_checks import table
 
 COURSE = load_course()
 AIDS = list(COURSE.assignments)
@@ -33,6 +34,23 @@ def execute(path, timeout, allow_errors=False, quick=False):
                           env={**os.environ, "COURSE_QUICK_RUN": "1" if quick else "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return nbformat.read(out, as_version=4)
+
+
+def self_check_rows(nb, aid):
+    """The self-check table printed by the notebook's last code cell, checked against the notebook and course.yaml:
+    one row per test cell in notebook order with the item's points, and the total; returns {item: status}."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code[-1].source.strip() == "self_check()", "the last code cell should be the self-check"
+    outputs = code[-1].get("outputs", [])
+    assert not [o for o in outputs if o.get("output_type") == "error"], outputs
+    rows = table("".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream"))
+    tests = [nbgrader_meta(c)["grade_id"][5:] for c in code if nbgrader_meta(c).get("grade_id", "").startswith("test_")]
+    assignment = COURSE.assignment(aid)
+    assert [(item, points) for item, _, points in rows[:-1]] == [
+        (item, f"{assignment.item_points(item):g}") for item in tests], rows
+    assert sorted(tests) == sorted(assignment.items)
+    assert rows[-1][0] == "total" and rows[-1][2] == f"{assignment.total_points:g}", rows[-1]
+    return {item: status for item, status, _ in rows[:-1]}
 
 
 @pytest.fixture
@@ -79,8 +97,8 @@ def cell(nb, gid):
 
 def first_solution_line(aid, item):
     stub = set(item_cell(aid, item, solved=False).splitlines())
-    return next(l for l in item_cell(aid, item, solved=True).splitlines()
-                if l not in stub and len(l.strip()) > 20 and not l.strip().startswith("#"))
+    return next(line for line in item_cell(aid, item, solved=True).splitlines()
+                if line not in stub and len(line.strip()) > 20 and not line.strip().startswith("#"))
 
 
 DAMAGES = {
@@ -145,6 +163,8 @@ def test_the_release_runs_top_to_bottom_raising_only_not_implemented(tmp_path, a
               for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert errors, "the stubs should raise"
     assert {e for _, e, _ in errors} == {"NotImplementedError"}, [e for e in errors if e[1] != "NotImplementedError"]
+    statuses = self_check_rows(nb, aid)
+    assert set(statuses.values()) == {"not started"}, statuses
 
 
 @pytest.mark.slow
@@ -158,6 +178,11 @@ def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path
     # the lecture's only at full budget (`course solve --execute`), which CI does not wait for
     outputs = json.dumps([c.get("outputs", []) for c in executed.cells])
     assert "NotImplementedError" not in outputs and '"output_type": "error"' not in outputs
+    # every item passes all its public checks in the self-check: as many as its own test cell counted
+    texts = "".join(o.get("text", "") for c in executed.cells if nbgrader_meta(c).get("grade_id", "").startswith("test_")
+                    for o in c.get("outputs", []))
+    counted = dict(re.findall(r"^(\w+): public checks passed \((\d+)/\2\)", texts, re.MULTILINE))
+    assert self_check_rows(executed, aid) == {item: f"all {n} passed" for item, n in counted.items()}
     graded_solutions[aid]  # the experiments are the graded solution's: this grading reads them from the cache
     result = grade_notebook(path, aid, device="cpu")
     lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]

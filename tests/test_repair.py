@@ -154,10 +154,10 @@ def test_by_name_the_setup_cells_are_still_restored_and_the_from_scratch_scan_st
 
 
 def test_the_feedback_page_shows_each_repair_on_a_line_of_its_own():
-    from autograder.nbgrader_plugin import summary_html
+    from autograder.feedback_html import summary_html
     result = {"output": "one; two; setup cell 'setup_x' was changed", "tests": [],
               "extra_data": {"assignment": "lab14_transformers", "repairs": ["one", "two"]}}
-    assert "<p class='lost student-text'>one\ntwo\nsetup cell &#x27;setup_x&#x27; was changed</p>" in summary_html(result)
+    assert "<p class='lost student-text'>one\ntwo\nsetup cell &#39;setup_x&#39; was changed</p>" in summary_html(result)
 
 
 def autograde_in(root, *names, content=None):

@@ -1,4 +1,4 @@
-"""The TA's readouts without grading: the terminal table at 21 items, reasons, the class report's escaping."""
+"""The TA's readouts without grading: the terminal table at 21 items, reasons, the pages' escaping."""
 import json
 
 from autograder.class_report import class_report, normalised
@@ -39,7 +39,8 @@ def result(stubbed=(), wrong=(), hostile="", aid=AID, experiments=None):
             o.score = exp.points if metrics and not exp.failures(metrics) else 0.0
             o.output = f"{exp.description}: {'passed' if o.score else 'missed the lecture threshold'}"
             outcomes.append(o)
-    return results_json(outcomes, aid, "x.ipynb", "cpu", 0, "", "namespaces", 0, 1.0, [])
+    return results_json(outcomes, aid=aid, notebook="x.ipynb", device="cpu", seed=0, output="", isolation="namespaces",
+                        restarts=0, seconds=1.0, notes=[])
 
 
 def test_table_of_21_items_fits_120_columns():
@@ -81,6 +82,57 @@ def test_class_report_escapes_and_groups(tmp_path):
     assert "<b>2</b> &times;" in page and "<b>1</b> &times;" in page  # two alike, one with a script tail
 
 
+HOSTILE = "<script>alert(document.cookie)</script> & <b>co</b>"  # no digit: the report shows digits as #
+ESCAPED = "&lt;script&gt;alert(document.cookie)&lt;/script&gt; &amp; &lt;b&gt;co&lt;/b&gt;"
+
+
+def feedback_page(result):
+    """nbgrader's feedback page of a notebook graded `result`, rendered as `nbgrader generate_feedback` renders it
+    (nbgrader_config.py's exporter settings and FeedbackSummary; the grades nbgrader's GetGrades would add, fixed)."""
+    import os
+    import nbformat
+    import nbgrader
+    from nbconvert import HTMLExporter
+    from traitlets.config.loader import PyFileConfigLoader
+    from autograder.config import ROOT
+    from autograder.nbgrader_plugin import RESULTS_KEY, FeedbackSummary
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    assert FeedbackSummary in config.GenerateFeedback.preprocessors
+    config.HTMLExporter.extra_template_paths = [os.path.join(  # what nbgrader's GenerateFeedback adds
+        os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "static", "node_modules", "bootstrap",
+        "dist", "css")]
+    exporter = HTMLExporter(config=config)
+    exporter.register_preprocessor(FeedbackSummary(), enabled=True)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("hello")], metadata={RESULTS_KEY: result})
+    grades = {"notebook": "lab", "score": 1.0, "max_score": 2.0, "late_penalty": 0}
+    return exporter.from_notebook_node(nb, resources={"nbgrader": grades})[0]
+
+
+def test_student_text_is_escaped_exactly_once_on_the_feedback_page_and_in_the_class_report(tmp_path):
+    """A reason and the submission's output quote what the student's code printed: text, never markup, and never
+    escaped twice (the summary is rendered with autoescape, then put into nbgrader's page as it is)."""
+    items = list(load_course().assignment(AID).items)
+    res = result(wrong=[items[3]], hostile=HOSTILE)
+    res["output"] = "the notebook printed " + HOSTILE
+    page = feedback_page(res)
+    summary = page[:page.index('id="notebook"')]
+    assert summary.count(ESCAPED) == 2, summary  # the reason and the output, each escaped once
+    assert HOSTILE not in page and "&amp;lt;" not in page and "&amp;amp;" not in page
+    (tmp_path / "alice.json").write_text(json.dumps(res))
+    report = class_report(tmp_path)
+    assert report.count(ESCAPED) == 1 and HOSTILE not in report and "&amp;lt;" not in report
+    assert "<script" not in report  # the report has no script of its own either
+
+
+def test_one_helper_puts_each_metric_beside_the_lecture_and_the_bound():
+    from autograder.config import Bound
+    from autograder.report import metric_rows
+    rows = metric_rows({"acc": 0.912345, "loss": 0.5}, {"acc": 0.95, "speed": 3}, {"acc": Bound(min=0.9)})
+    assert [r.name for r in rows] == ["acc", "loss", "speed"]  # the threshold's first, then measured, then lecture
+    assert rows[0].text() == "acc 0.9123 (lecture 0.95) [>= 0.9]"
+    assert rows[1].text() == "loss 0.5" and rows[2].text() == "speed - (lecture 3)"
+
+
 def test_the_csv_keeps_a_formula_looking_name_as_text(tmp_path):
     import csv
     from autograder.report import write_csv
@@ -102,7 +154,7 @@ def test_class_report_shows_every_experiment_even_one_whose_metric_has_no_thresh
     for name, exp in experiments.items():
         if exp.graded:
             assert f"Experiment {name}</h3>" in page
-            assert f"reached by 1 of 2 submissions, measured for 1" in page.split(f"Experiment {name}</h3>")[1]
+            assert "reached by 1 of 2 submissions, measured for 1" in page.split(f"Experiment {name}</h3>")[1]
     dae = page.split("Experiment dae_mnist</h3>")[1].split("<h3>")[0]
     assert "passing needs dae_beats_ae &gt;= 1" in dae and "data:image/png;base64," in dae
 

@@ -15,10 +15,9 @@ pytestmark = pytest.mark.grading
 LIMITS = Limits(setup_seconds=60, item_seconds=20, experiment_seconds=60, memory_mb=1500, output_kb=4)
 
 
-def started(*cells, limits=LIMITS):
-    sb = Sandbox([Cell(gid, src, k) for k, (gid, src) in enumerate(cells)], {}, limits)
-    sb.start()
-    return sb
+def sandbox_of(*cells, limits=LIMITS, **kwargs):
+    """A sandbox over these (grade_id, source) cells, not started: `with sandbox_of(...) as sb:` starts and ends it."""
+    return Sandbox([Cell(gid, src, k) for k, (gid, src) in enumerate(cells)], {}, limits, **kwargs)
 
 
 def ask(sb, name, *args, seconds=10):
@@ -27,9 +26,8 @@ def ask(sb, name, *args, seconds=10):
 
 @pytest.fixture(scope="module")
 def probe():
-    sb = started(("setup_probe", PROBE))
-    yield sb
-    sb.close()
+    with sandbox_of(("setup_probe", PROBE)) as sb:
+        yield sb
 
 
 PROBE = '''
@@ -113,27 +111,20 @@ def test_the_host_network_and_files_are_out_of_reach_only_when_isolated(host_sec
     monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
     monkeypatch.setenv("COURSE_ALLOW_UNISOLATED", "1")
     port, files = host_secrets
-    sb = started(("setup_probe", PROBE))
-    try:
+    with sandbox_of(("setup_probe", PROBE)) as sb:
         reachable = ask(sb, "connect", "127.0.0.1", port)
         readable = [ask(sb, "can_read", str(f)) for f in files]
         assert (reachable, readable) == ((False, [False] * len(files)) if isolate else (True, [True] * len(files)))
-    finally:
-        sb.close()
 
 
 def test_out_of_memory_the_kernel_picks_the_students_process_not_the_grader():
-    sb = started(("f", "def f():\n    return open('/proc/self/oom_score_adj').read().strip()\n"))
-    try:
+    with sandbox_of(("f", "def f():\n    return open('/proc/self/oom_score_adj').read().strip()\n")) as sb:
         assert ask(sb, "f") == "1000"
         assert Path("/proc/self/oom_score_adj").read_text().strip() != "1000"  # the grader keeps its own
-    finally:
-        sb.close()
 
 
 def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
-    sb = started(("spin", "def spin():\n    while True:\n        pass\n"), ("ok", "def ok():\n    return 7\n"))
-    try:
+    with sandbox_of(("spin", "def spin():\n    while True:\n        pass\n"), ("ok", "def ok():\n    return 7\n")) as sb:
         t0 = time.monotonic()
         with pytest.raises(SandboxFailure, match="time limit") as e:
             ask(sb, "spin", seconds=2)
@@ -141,19 +132,14 @@ def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
         sb.ensure()
         assert ask(sb, "ok") == 7
         assert sb.restarts == 1
-    finally:
-        sb.close()
 
 
 def test_a_memory_blow_up_is_killed_with_a_message():
-    sb = started(("hog", "import torch\ndef hog():\n    x = torch.ones(600, 2**20)\n    y = x + 1\n    return 0\n"),
-                 limits=LIMITS.model_copy(update={"memory_mb": 1200}))
-    try:
+    with sandbox_of(("hog", "import torch\ndef hog():\n    x = torch.ones(600, 2**20)\n    y = x + 1\n    return 0\n"),
+                    limits=LIMITS.model_copy(update={"memory_mb": 1200})) as sb:
         with pytest.raises(SandboxFailure, match="memory limit") as e:
             ask(sb, "hog", seconds=30)
         assert e.value.kind == "memory"
-    finally:
-        sb.close()
 
 
 @pytest.mark.parametrize("body, words", [
@@ -162,59 +148,84 @@ def test_a_memory_blow_up_is_killed_with_a_message():
     ("import ctypes\n    ctypes.string_at(0)", "SIGSEGV"),
 ])
 def test_exits_and_crashes_are_reported_not_fatal(body, words):
-    sb = started(("boom", f"def boom():\n    {body}\n"))
-    try:
+    with sandbox_of(("boom", f"def boom():\n    {body}\n")) as sb:
         with pytest.raises((SandboxFailure, StudentRaised), match=words):
             ask(sb, "boom")
-    finally:
-        sb.close()
 
 
 def test_printed_output_is_cut_at_the_limit():
-    sb = started(("noisy", "def noisy():\n    for _ in range(20000):\n        print('x' * 1000)\n    return 1\n"))
-    try:
+    with sandbox_of(("noisy", "def noisy():\n    for _ in range(20000):\n        print('x' * 1000)\n    return 1\n")) as sb:
         assert ask(sb, "noisy", seconds=30) == 1
         text = sb.output()
         assert len(text) < 6000 and "more bytes of output cut" in text
-    finally:
-        sb.close()
 
 
-def sleepers(seconds):
-    """Live `sleep <seconds>` processes of the machine, by pid."""
+def sleepers(argument):
+    """(pid, start time) of the machine's live `sleep <argument>` processes, seen from outside any sandbox."""
     from autograder.sandbox import processes
     found = []
     for pid in processes():
         try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", str(seconds).encode()]:
-                found.append(pid)
-        except OSError:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", argument.encode()]:
+                found.append((pid, started_at(pid)))
+        except (OSError, IndexError, ValueError):
             pass
     return found
 
 
-@pytest.mark.skipif(not can_isolate(), reason="killing by uid needs isolation")
-def test_a_background_process_does_not_outlive_the_sandbox():
-    """The student's own `sleep`, in a session of its own, is seen running while the call lasts, then gone."""
-    import threading
-    seconds = 300 + os.getpid() % 1000  # this test's own sleeper, not another run's
-    src = ("import subprocess, time\ndef spawn(s):\n"
-           "    subprocess.Popen(['sleep', str(s)], start_new_session=True)\n    time.sleep(3)\n    return 0\n")
-    sb = started(("spawn", src))
-    seen = []
+def started_at(pid):
+    """When `pid` started (clock ticks since boot): with the pid, names one process, never a later reuse."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def running(pid, start):
+    """Whether the process `pid` that started at `start` still runs (a zombie runs nothing)."""
     try:
-        call = threading.Thread(target=lambda: ask(sb, "spawn", seconds))
-        call.start()
-        deadline = time.monotonic() + 3
-        while not seen and time.monotonic() < deadline:
-            seen = sleepers(seconds)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and int(fields[19]) == start
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "not_isolated"])
+def test_a_background_process_does_not_outlive_the_sandbox(isolate, monkeypatch):
+    """The student's own `sleep`, in a session of its own, still running when its call passes the deadline: the
+    sandbox is ended mid-request (no end-of-request cleanup ran), and that very process must be gone with it."""
+    import threading
+    import autograder.sandbox as sandbox
+    if isolate and not can_isolate():
+        pytest.skip("isolation needs root on Linux")
+    monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
+    monkeypatch.setenv("COURSE_ALLOW_UNISOLATED", "1")
+    argument = f"{600 + os.getpid() % 1000}.{time.time_ns() % 1000:03d}"  # this test's own sleeper, not another's
+    src = ("import subprocess, time\ndef spawn(s):\n"
+           "    subprocess.Popen(['sleep', s], start_new_session=True)\n    time.sleep(60)\n")
+    found, failures = [], []
+
+    def call(sb):
+        try:
+            ask(sb, "spawn", argument, seconds=4)
+        except SandboxFailure as e:
+            failures.append(e)
+    try:
+        with sandbox_of(("spawn", src)) as sb:
+            caller = threading.Thread(target=call, args=(sb,))
+            caller.start()
+            deadline = time.monotonic() + 4
+            while not found and time.monotonic() < deadline:
+                found = sleepers(argument)
+                time.sleep(0.05)
+            caller.join()
+            assert found, "the background process should have been running during the call"
+            assert [e.kind for e in failures] == ["timeout"], failures  # the sandbox was ended at the deadline
+        deadline = time.monotonic() + 2
+        while any(running(*p) for p in found) and time.monotonic() < deadline:
             time.sleep(0.05)
-        call.join()
-        assert seen, "the background process should have been running during the call"
+        assert not any(running(*p) for p in found), f"the student's background process {found} outlived the sandbox"
     finally:
-        sb.close()
-    time.sleep(0.2)
-    assert sleepers(seconds) == []
+        for pid, start in found:  # a survivor is this test's to clean up
+            if running(pid, start):
+                os.kill(pid, 9)
 
 
 def test_a_sandbox_that_isolates_nothing_is_refused_unless_allowed(monkeypatch):
@@ -224,110 +235,89 @@ def test_a_sandbox_that_isolates_nothing_is_refused_unless_allowed(monkeypatch):
     monkeypatch.setattr(sandbox, "can_contain", lambda: False)
     monkeypatch.delenv("COURSE_ALLOW_UNISOLATED", raising=False)
     with pytest.raises(SandboxFailure, match="--allow-unisolated") as e:
-        started(("setup_a", "x = 1"))
+        with sandbox_of(("setup_a", "x = 1")):
+            pass
     assert e.value.kind == "sandbox"
-    sb = started(("setup_a", "x = 1"), limits=LIMITS.model_copy(update={"allow_unisolated": True}))
-    try:
+    with sandbox_of(("setup_a", "x = 1"), limits=LIMITS.model_copy(update={"allow_unisolated": True})) as sb:
         assert sb.isolation == "process"
-    finally:
-        sb.close()
 
 
 def test_a_hanging_setup_cell_is_skipped_and_the_rest_loads():
-    sb = started(("setup_hang", "import time\ntime.sleep(1000)\n"), ("ok", "def ok():\n    return 3\n"),
-                 limits=LIMITS.model_copy(update={"setup_seconds": 3}))
-    try:
+    with sandbox_of(("setup_hang", "import time\ntime.sleep(1000)\n"), ("ok", "def ok():\n    return 3\n"),
+                    limits=LIMITS.model_copy(update={"setup_seconds": 3})) as sb:
         assert "setup_hang" in sb.load_errors and "time limit" in sb.load_errors["setup_hang"]
         assert ask(sb, "ok") == 3
-    finally:
-        sb.close()
 
 
 def test_a_hanging_cell_costs_its_own_limit_not_the_whole_notebooks():
     """Nine quick cells, then one that hangs: it is stopped at setup_seconds (2 s), not at the load's whole
     budget (2 s times a quarter of the ten cells, rounded up: 6 s)."""
     quick = [(f"quick{k}", f"def quick{k}():\n    return {k}\n") for k in range(9)]
-    sb = started(*quick, ("hang", "while True:\n    pass\n"), limits=LIMITS.model_copy(update={"setup_seconds": 2}))
-    try:
+    with sandbox_of(*quick, ("hang", "while True:\n    pass\n"), limits=LIMITS.model_copy(update={"setup_seconds": 2})) as sb:
         assert "within 2 s (time limit)" in sb.load_errors["hang"], sb.load_errors
         assert ask(sb, "quick8") == 8
-    finally:
-        sb.close()
 
 
 def test_input_gets_end_of_file_instead_of_waiting():
-    sb = started(("ask_user", "def ask_user():\n    return input('name? ')\n"))
-    try:
+    with sandbox_of(("ask_user", "def ask_user():\n    return input('name? ')\n")) as sb:
         with pytest.raises(StudentRaised, match="EOFError"):
             ask(sb, "ask_user")
-    finally:
-        sb.close()
 
 
 def test_tensors_come_back_as_data_with_their_device_and_dtype():
-    sb = started(("double", "def double(x):\n    return x * 2, {'n': 3}\n"))
-    try:
+    with sandbox_of(("double", "def double(x):\n    return x * 2, {'n': 3}\n")) as sb:
         x = torch.arange(6, dtype=torch.float64).reshape(2, 3)
         out, extra = ask(sb, "double", x)
         assert torch.equal(out, x * 2) and out.dtype == torch.float64 and out.student_device == "cpu"
         assert extra == {"n": 3}
-    finally:
-        sb.close()
 
 
 def test_a_state_dict_longer_than_a_screen_comes_back_whole():
     """A 2 + 2 layer Transformer has 89 state tensors: none may be dropped on the way back."""
-    sb = started(("many", "import torch\ndef many():\n    return [torch.full((2,), float(i)) for i in range(150)]\n"))
-    try:
+    with sandbox_of(("many", "import torch\ndef many():\n    return [torch.full((2,), float(i)) for i in range(150)]\n")) as sb:
         out = ask(sb, "many")
         assert len(out) == 150 and out[-1].tolist() == [149.0, 149.0]
-    finally:
-        sb.close()
 
 
 def test_a_sandbox_starts_after_the_thread_that_started_the_zygote_has_ended():
     """Batch workers are threads: the zygote must outlive the one that happened to start it."""
     import threading
     from autograder.sandbox import ZYGOTE
-    first = []
-    worker = threading.Thread(target=lambda: first.append(started(("setup_a", "x = 1"))))
+    first = sandbox_of(("setup_a", "x = 1"))
+    worker = threading.Thread(target=first.start)
     worker.start()
     worker.join()
-    first[0].close()
+    assert first.proc is not None, "the sandbox did not start"
+    first.kill()
     zygote = ZYGOTE.proc
     time.sleep(0.5)
     assert zygote.poll() is None, "the zygote died with the thread that started it"
     t0 = time.monotonic()
-    sb = started(("setup_a", "x = 2"))
-    try:
+    with sandbox_of(("setup_a", "x = 2")) as sb:
         assert Student(sb, "x", "cpu", time.monotonic() + 10).attr("x", "real") == 2
-    finally:
-        sb.close()
     assert time.monotonic() - t0 < 60
 
 
 def test_a_dead_zygote_is_replaced_at_the_next_start():
     from autograder.sandbox import ZYGOTE
-    started(("setup_a", "x = 1")).close()
+    with sandbox_of(("setup_a", "x = 1")):
+        pass
     ZYGOTE.proc.kill()  # not yet reaped: the next start finds it dead, or fails to send and starts another
-    sb = started(("setup_a", "x = 3"))
-    try:
+    with sandbox_of(("setup_a", "x = 3")) as sb:
         assert Student(sb, "x", "cpu", time.monotonic() + 10).attr("x", "real") == 3
-    finally:
-        sb.close()
 
 
 def test_two_sandboxes_never_share_a_uid(monkeypatch):
     """The kill is by uid, so each sandbox leases its own: even when every pick starts at the same place."""
-    import autograder.sandbox as sandbox
-    monkeypatch.setattr(sandbox.time, "monotonic_ns", lambda: 0)
-    leases = [sandbox._lease_uid() for _ in range(20)]
+    import autograder.sandbox_accounting as accounting
+    monkeypatch.setattr(accounting.time, "monotonic_ns", lambda: 0)
+    leases = [accounting.lease_uid() for _ in range(20)]
     try:
         assert len({uid for uid, _ in leases}) == 20
     finally:
         for _, lease in leases:
             lease.close()
-    uid, lease = sandbox._lease_uid()
+    uid, lease = accounting.lease_uid()
     lease.close()
     assert uid == leases[0][0], "a released uid is free again"
 
@@ -339,27 +329,23 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
     assert threads_per_worker(1) is None
     assert threads_per_worker(2) == max(1, cores // 2)
     assert threads_per_worker(4 * cores) == 1
-    sb = Sandbox([Cell("setup_t", "import os, torch\ndef threads():\n"
-                                  "    return torch.get_num_threads(), int(os.environ['OMP_NUM_THREADS'])\n", 0)],
-                 {}, LIMITS, threads=1)
-    sb.start()
-    try:
+    with sandbox_of(("setup_t", "import os, torch\ndef threads():\n"
+                                "    return torch.get_num_threads(), int(os.environ['OMP_NUM_THREADS'])\n"),
+                    threads=1) as sb:
         assert ask(sb, "threads") == (1, 1)
-    finally:
-        sb.close()
-
-
 
 
 def test_a_sandbox_that_cannot_start_names_the_cause(monkeypatch):
     """The zygote's own error (here: numpy not on its import path) is in the grader's message, not just
     'could not be started'."""
     import autograder.sandbox as sandbox
-    monkeypatch.setattr(sandbox, "ZYGOTE", sandbox.Zygote())
-    monkeypatch.setattr(sandbox, "import_path", lambda: ["/nonexistent-course-path"])
+    import autograder.sandbox_zygote as zygote
+    monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
+    monkeypatch.setattr(zygote, "import_path", lambda: ["/nonexistent-course-path"])
     try:
         with pytest.raises(SandboxFailure, match="ModuleNotFoundError: No module named 'numpy'") as e:
-            started(("setup_a", "x = 1"))
+            with sandbox_of(("setup_a", "x = 1")):
+                pass
         assert e.value.kind == "sandbox"
     finally:
         if sandbox.ZYGOTE.proc is not None:

@@ -151,7 +151,7 @@ def test_an_alias_stored_while_loading_is_seen_in_a_check_and_while_training():
             train(sb)
         assert students_training_error(str(e.value))  # the experiment scores it as the student's, with this reason
     finally:
-        sb.close()
+        sb.kill()
 
 
 @pytest.mark.grading
@@ -168,7 +168,7 @@ def test_the_harness_may_use_the_oracles_while_it_trains_an_honest_item():
         unwatched.call("other", q)
         assert unwatched.oracle_calls == set()
     finally:
-        sb.close()
+        sb.kill()
 
 
 @pytest.mark.grading
@@ -189,7 +189,7 @@ def test_scipy_and_sklearn_equivalents_are_watched_including_a_module_imported_i
         you.call("pca", X, 2)
         assert you.oracle_calls == {"PCA"}
     finally:
-        sb.close()
+        sb.kill()
 
 
 # --- graded end to end: w8l1's SciPy and scikit-learn oracles ---------------------------------------

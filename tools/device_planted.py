@@ -12,12 +12,14 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from autograder.config import load_course  # noqa: E402
 from autograder.examples import release_notebook, solved_sources, with_cells  # noqa: E402
 from autograder.grade import grade_notebook  # noqa: E402
-from tests.test_grading import AIDS, planted, rounds, scores, variant_source  # noqa: E402
+from tests.planted import planted, rounds, scores, variant_source  # noqa: E402
 
 
 def grade(aid, sources, device, items=None):
+    """{item: (score, max_score)} of the solution notebook with `sources` replacing its cells."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{aid}.ipynb"
         nbformat.write(with_cells(release_notebook(aid), {**solved_sources(aid), **sources}), path)
@@ -29,7 +31,7 @@ def main():
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     misjudged = []
-    for aid in AIDS:
+    for aid in load_course().assignments:
         for batch in rounds(aid):
             got = grade(aid, {item: variant_source(aid, item, v) for item, _, v in batch}, args.device,
                         items=[item for item, _, _ in batch])

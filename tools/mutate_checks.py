@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from autograder.config import load_course  # noqa: E402
 from autograder.pytest_plugin import suite_checks  # noqa: E402
-from tests.test_grading import rounds  # noqa: E402
+from tests.planted import rounds  # noqa: E402
 
 
 class Failed:

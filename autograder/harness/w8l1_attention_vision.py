@@ -63,6 +63,44 @@ def _early_target(cfg, metric, margin):
     return None if bound.get("min") is None else bound["min"] + margin
 
 
+def _on(device, **tensors):
+    """The tensors moved to `device`, as the data dict a harness passes to its training."""
+    return {k: v.to(device) for k, v in tensors.items()}
+
+
+def _seeded(model, seed, device):
+    """`model()` built under torch.manual_seed(seed), then moved to `device`: the same initial weights anywhere."""
+    torch.manual_seed(seed)
+    return model().to(device)
+
+
+def _fit_steps(model, cfg, lr, batch_loss, validate, metric, margin):
+    """Adam at `lr` on batch_loss(step) for cfg['steps'] steps; every EVAL_EVERY steps validate() scores the
+    model in eval mode, and training stops once that clears `metric`'s pass mark by `margin`."""
+    target = _early_target(cfg, metric, margin)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    history = {"loss": [], f"val_{metric}": [], "steps": 0, "stopped_early": False}
+    t0 = time.perf_counter()
+    for step in range(1, cfg["steps"] + 1):
+        model.train()
+        loss = batch_loss(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        history["steps"] = step
+        if step % 10 == 0:
+            history["loss"].append(round(loss.item(), 4))
+        if target is not None and step % EVAL_EVERY == 0:
+            model.eval()
+            val = validate()
+            history[f"val_{metric}"].append(val)
+            if val >= target:
+                history["stopped_early"] = step < cfg["steps"]
+                break
+    history["seconds"] = time.perf_counter() - t0
+    return history
+
+
 # =============================================================================================
 # MNIST autoencoders
 # =============================================================================================
@@ -82,14 +120,12 @@ def mnist_data(ref, cfg, seed, device):
 
 def build_ae(parts, cfg, seed, device):
     """AutoEncoder(k = 32) with the lecture's hidden width 256."""
-    torch.manual_seed(seed)
-    return parts.AutoEncoder(K_AE).to(device)
+    return _seeded(lambda: parts.AutoEncoder(K_AE), seed, device)
 
 
 def build_ae_pair(parts, cfg, seed, device):
     """A plain AE and a denoising AE of the same architecture, as one module."""
-    torch.manual_seed(seed)
-    return nn.ModuleDict({"ae": parts.AutoEncoder(K_AE), "dae": parts.AutoEncoder(K_AE)}).to(device)
+    return _seeded(lambda: nn.ModuleDict({"ae": parts.AutoEncoder(K_AE), "dae": parts.AutoEncoder(K_AE)}), seed, device)
 
 
 def _fit_ae(net, X, steps, seed, corrupt=None):
@@ -125,7 +161,10 @@ def train_ae_pair(model, parts, data, cfg, seed):
     """The plain AE on clean inputs, the DAE on inputs corrupted by parts.corrupt at sigma 0.5."""
     t0 = time.perf_counter()
     ae_losses = _fit_ae(model["ae"], data["X_train"], cfg["steps"], seed)
-    noisy = lambda x, gen: parts.corrupt(x, SIGMA, generator=gen)
+
+    def noisy(x, gen):
+        return parts.corrupt(x, SIGMA, generator=gen)
+
     dae_losses = _fit_ae(model["dae"], data["X_train"], cfg["steps"], seed, corrupt=noisy)
     return {"ae_loss": ae_losses[::10], "dae_loss": dae_losses[::10], "steps": len(ae_losses),
             "seconds": time.perf_counter() - t0}
@@ -168,8 +207,7 @@ def linear_data(ref, cfg, seed, device):
 
 def build_linear_ae(parts, cfg, seed, device):
     """LinearAE(k = 16): the module the trained weights are moved into."""
-    torch.manual_seed(seed)
-    return parts.LinearAE(K_LIN).to(device)
+    return _seeded(lambda: parts.LinearAE(K_LIN), seed, device)
 
 
 def train_linear(model, parts, data, cfg, seed):
@@ -291,53 +329,36 @@ def reverse_data(ref, cfg, seed, device):
     x_val = torch.cat([_pad_to(v[0], L_TRAIN_MAX) for v in val])
     y_val = torch.cat([_pad_to(v[1], L_TRAIN_MAX) for v in val])
     lens_val = torch.cat([v[2] for v in val])
-    return {"x": x.to(device), "y": y.to(device), "lens": lens.to(device),
-            "x_val": x_val.to(device), "y_val": y_val.to(device), "lens_val": lens_val.to(device)}
+    return _on(device, x=x, y=y, lens=lens, x_val=x_val, y_val=y_val, lens_val=lens_val)
 
 
 def build_seq2seq(parts, cfg, seed, device):
     """Encoder + decoder with dot-product attention, d = 32."""
-    torch.manual_seed(seed)
-    return Seq2Seq(parts, attention=True).to(device)
+    return _seeded(lambda: Seq2Seq(parts, attention=True), seed, device)
 
 
 def build_seq2seq_plain(parts, cfg, seed, device):
     """The same encoder and decoder without attention (the bottleneck baseline)."""
-    torch.manual_seed(seed)
-    return Seq2Seq(parts, attention=False).to(device)
+    return _seeded(lambda: Seq2Seq(parts, attention=False), seed, device)
 
 
 def train_seq2seq(model, parts, data, cfg, seed):
     """Adam 3e-3, batch 64, teacher forcing, cross-entropy over real tokens; validate every 100 steps."""
-    target = _early_target(cfg, "exact_match", MARGIN)
     x_all, y_all, lens_all = data["x"], data["y"], data["lens"]
-    opt = torch.optim.Adam(model.parameters(), lr=LR_SEQ)
-    history = {"loss": [], "val_exact_match": [], "steps": 0, "stopped_early": False}
-    t0 = time.perf_counter()
-    for step in range(1, cfg["steps"] + 1):
-        model.train()
+
+    def batch_loss(step):
         sl = slice((step - 1) * BATCH_SEQ, step * BATCH_SEQ)
         T = int(lens_all[sl].max())
         x, y, lens = x_all[sl, :T], y_all[sl, :T], lens_all[sl]            # (B, T)
         sos = torch.full((x.shape[0], 1), SOS, dtype=torch.long, device=x.device)
         y_in = torch.cat([sos, y[:, :-1]], dim=1)                           # (B, T): SOS, y_1 .. y_{T-1}
-        logits = model(x, lens, y_in)
-        loss = F.cross_entropy(logits.reshape(-1, N_TOK), y.reshape(-1), ignore_index=PAD)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        history["steps"] = step
-        if step % 10 == 0:
-            history["loss"].append(round(loss.item(), 4))
-        if target is not None and step % EVAL_EVERY == 0:
-            model.eval()
-            val = _exact(model, data["x_val"], data["y_val"], data["lens_val"]).float().mean().item()
-            history["val_exact_match"].append(val)
-            if val >= target:
-                history["stopped_early"] = step < cfg["steps"]
-                break
-    history["seconds"] = time.perf_counter() - t0
-    return history
+        logits = model(x, lens, y_in)                                       # (B, T, N_TOK)
+        return F.cross_entropy(logits.reshape(-1, N_TOK), y.reshape(-1), ignore_index=PAD)
+
+    def validate():
+        return _exact(model, data["x_val"], data["y_val"], data["lens_val"]).float().mean().item()
+
+    return _fit_steps(model, cfg, LR_SEQ, batch_loss, validate, "exact_match", MARGIN)
 
 
 def _test_set(L, seed, device):
@@ -484,20 +505,17 @@ def shapes_data(ref, cfg, seed, device):
     train_seed, val_seed, _ = _seeds(seed)
     imgs, q, a = make_shapes(N_SHAPES_TRAIN, train_seed)
     imgs_val, q_val, a_val = make_shapes(N_SHAPES_VAL, val_seed)
-    return {"imgs": imgs.to(device), "q": q.to(device), "a": a.to(device),
-            "imgs_val": imgs_val.to(device), "q_val": q_val.to(device), "a_val": a_val.to(device)}
+    return _on(device, imgs=imgs, q=q, a=a, imgs_val=imgs_val, q_val=q_val, a_val=a_val)
 
 
 def build_spatial(parts, cfg, seed, device):
     """The attention model."""
-    torch.manual_seed(seed)
-    return SpatialModel(parts, attention=True).to(device)
+    return _seeded(lambda: SpatialModel(parts, attention=True), seed, device)
 
 
 def build_pooled(parts, cfg, seed, device):
     """Same CNN and head, the grid averaged into one vector."""
-    torch.manual_seed(seed)
-    return SpatialModel(parts, attention=False).to(device)
+    return _seeded(lambda: SpatialModel(parts, attention=False), seed, device)
 
 
 @torch.no_grad()
@@ -510,32 +528,19 @@ def spatial_accuracy(model, imgs, q, a):
 
 def train_spatial(model, parts, data, cfg, seed):
     """Adam 2e-3, batch 64 random (image, question) pairs, cross-entropy over the 16 cells."""
-    target = _early_target(cfg, "accuracy", SPATIAL_MARGIN)
     imgs, q, a = data["imgs"], data["q"], data["a"]
-    opt = torch.optim.Adam(model.parameters(), lr=LR_SPATIAL)
     gen = torch.Generator().manual_seed(seed)
-    history = {"loss": [], "val_accuracy": [], "steps": 0, "stopped_early": False}
-    t0 = time.perf_counter()
-    for step in range(1, cfg["steps"] + 1):
-        model.train()
+
+    def batch_loss(step):
         idx = torch.randint(0, imgs.shape[0], (BATCH_SPATIAL,), generator=gen).to(imgs.device)
         which = torch.randint(0, 3, (BATCH_SPATIAL,), generator=gen).to(imgs.device)
-        logits, _ = model(imgs[idx], q[idx, which])
-        loss = F.cross_entropy(logits, a[idx, which])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        history["steps"] = step
-        if step % 10 == 0:
-            history["loss"].append(round(loss.item(), 4))
-        if target is not None and step % EVAL_EVERY == 0:
-            val = spatial_accuracy(model, data["imgs_val"], data["q_val"], data["a_val"])
-            history["val_accuracy"].append(val)
-            if val >= target:
-                history["stopped_early"] = step < cfg["steps"]
-                break
-    history["seconds"] = time.perf_counter() - t0
-    return history
+        logits, _ = model(imgs[idx], q[idx, which])                         # (B, 16)
+        return F.cross_entropy(logits, a[idx, which])
+
+    def validate():
+        return spatial_accuracy(model, data["imgs_val"], data["q_val"], data["a_val"])
+
+    return _fit_steps(model, cfg, LR_SPATIAL, batch_loss, validate, "accuracy", SPATIAL_MARGIN)
 
 
 def evaluate_spatial(model, ref, cfg, seed, device):

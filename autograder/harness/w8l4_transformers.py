@@ -66,7 +66,9 @@ def reverse_data(ref, cfg, seed, device):
     src, tgt_in, tgt = [], [], []
     for _ in range(cfg["steps"]):
         s, ti, t, _ = ref.make_batch(BATCH, L_MIN, L_MAX, gen)
-        src.append(_pad_to(s, T_PAD)); tgt_in.append(_pad_to(ti, T_PAD)); tgt.append(_pad_to(t, T_PAD))
+        src.append(_pad_to(s, T_PAD))
+        tgt_in.append(_pad_to(ti, T_PAD))
+        tgt.append(_pad_to(t, T_PAD))
     val = _by_length(ref, VAL_PER_LENGTH, EVAL_LENGTHS, torch.Generator().manual_seed(val_seed))
     data = {"src": torch.stack(src), "tgt_in": torch.stack(tgt_in), "tgt": torch.stack(tgt),  # (steps, B, T)
             "val_src": val[0], "val_tgt_in": val[1], "val_tgt": val[2]}                    # (8 * 64, T)

@@ -6,11 +6,14 @@ nn.TransformerEncoderLayer carrying the student's weights, and the reference cla
 import pytest
 import torch
 import torch.nn as nn
+from hypothesis import strategies as st
 
 from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_tensor, check_true,
                                check_tuple, copy_state, int_seed, randn, sinusoid_table, tol, unscaled,
                                unscaled_mha)
 from autograder.pytest_plugin import Fresh, Remote, reference
+from autograder.smallest_case import (Search, attention_case, dim, function_search, gradient_search, ints,
+                                      smallest_case, with_upstream)
 
 ref = reference("lab14_transformers")
 
@@ -46,7 +49,18 @@ def test_sdpa_shapes(student, rng):
         check_tensor("weights", ref_w, w, device=student.device)
 
 
+def small_attention(draw):
+    return attention_case(draw, open_value=True)
+
+
+SDPA_GRAD_SEARCH = gradient_search(
+    "scaled_dot_product_attention", with_upstream(small_attention, "d_out", lambda c: (*c["Q"].shape[:-1], c["d_v"])),
+    attention_oracle, ("Q", "K", "V", "mask"), ("Q", "K", "V"), ("d_out", None))
+
+
 @pytest.mark.item("scaled_dot_product_attention", "values")
+@smallest_case(function_search("scaled_dot_product_attention", small_attention, attention_oracle, ("out", "weights"),
+                               ("Q", "K", "V"), ("mask",)))
 def test_sdpa_values(student, rng):
     for label, Q, K, V, mask in attention_cases(rng):
         student.case(label)
@@ -62,6 +76,7 @@ def test_sdpa_values(student, rng):
 
 
 @pytest.mark.item("scaled_dot_product_attention", "gradients")
+@smallest_case(SDPA_GRAD_SEARCH)
 def test_sdpa_gradients(student, rng):
     for label, Q, K, V, mask in list(attention_cases(rng))[:3]:
         student.case(label + ", gradients w.r.t. Q, K, V")
@@ -100,7 +115,45 @@ def test_mh_shapes(student, rng):
     check_tensor("weights", torch.empty(3, 4, 5, 5), w, device=student.device)
 
 
+def small_mha(draw):
+    """nn.MultiheadAttention(E = heads * D, heads, bias, batch_first=True) with weights of -1, 0, 1; x (B, S, E)."""
+    case = {"heads": dim(draw, 1, 2), "D": dim(draw, 1, 2), "B": dim(draw, 1, 2), "S": dim(draw, 1, 2)}
+    E = case["E"] = case["heads"] * case["D"]
+    case["bias"] = draw(st.booleans())
+    case["in_proj_weight"] = ints(draw, 3 * E, E, lo=-1, hi=1)
+    if case["bias"]:
+        case["in_proj_bias"] = ints(draw, 3 * E, lo=-1, hi=1)
+    case["out_proj.weight"] = ints(draw, E, E, lo=-1, hi=1)
+    if case["bias"]:
+        case["out_proj.bias"] = ints(draw, E, lo=-1, hi=1)
+    case["x"] = ints(draw, case["B"], case["S"], E)
+    return case
+
+
+def small_mha_module(case):
+    """The case's nn.MultiheadAttention here (dropout 0), and its state in state_dict order."""
+    mha = nn.MultiheadAttention(case["E"], case["heads"], bias=case["bias"], batch_first=True)
+    state = [case[k] for k in mha.state_dict()]
+    with torch.no_grad():
+        for t, v in zip(mha.state_dict().values(), state):
+            t.copy_(v)
+    return mha, state
+
+
+def small_mha_student(student, case, memo):
+    mha, state = small_mha_module(case)
+    remote = Fresh("MultiheadAttention", case["E"], case["heads"], bias=case["bias"], batch_first=True, state=state)
+    return student.call("manual_multihead", case["x"], remote)
+
+
+def small_mha_oracle(case):
+    mha, _ = small_mha_module(case)
+    with torch.no_grad():
+        return mha(case["x"], case["x"], case["x"], average_attn_weights=False)
+
+
 @pytest.mark.item("manual_multihead", "values")
+@smallest_case(Search(small_mha, small_mha_student, small_mha_oracle, ("out", "weights")))
 def test_mh_values(student, rng):
     for E, H, B, S, bias in [(16, 4, 3, 5, True), (24, 3, 2, 7, False), (8, 1, 1, 4, True), (32, 8, 2, 6, True)]:
         label = f"E {E}, {H} heads, x ({B}, {S}, {E}), bias={bias}"
@@ -129,7 +182,28 @@ def test_pe_shapes(student, rng):
     check_tensor("forward(x)", x, student.method(pe, "forward", x), device=student.device)
 
 
+def small_pe(draw):
+    """PositionalEncoding(d_model in 2, 4, 6, max_len 1..4) and x (1, S, d_model) of small integers, S <= max_len."""
+    case = {"d_model": 2 * dim(draw), "max_len": dim(draw, 1, 4)}
+    case["S"] = dim(draw, 1, case["max_len"])
+    case["x"] = ints(draw, 1, case["S"], case["d_model"])
+    return case
+
+
+def small_pe_student(student, case, memo):
+    key = (case["d_model"], case["max_len"])
+    if key not in memo:
+        memo[key] = student.new("PositionalEncoding", key[0], max_len=key[1])
+    return student.attr(memo[key], "pe"), student.method(memo[key], "forward", case["x"])
+
+
+def small_pe_oracle(case):
+    table = sinusoid_table(case["max_len"], case["d_model"])[None]  # (1, max_len, d_model)
+    return table, case["x"] + table[:, :case["S"]].float()
+
+
 @pytest.mark.item("PositionalEncoding", "values")
+@smallest_case(Search(small_pe, small_pe_student, small_pe_oracle, ("pe", "forward(x)")))
 def test_pe_values(student, rng):
     for d, max_len, S in [(16, 50, 9), (32, 512, 61), (6, 20, 20)]:
         label = f"PositionalEncoding({d}, max_len={max_len}), x (2, {S}, {d})"

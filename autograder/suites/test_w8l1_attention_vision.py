@@ -15,26 +15,18 @@ import scipy.linalg
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from hypothesis import strategies as st
 from sklearn.decomposition import PCA
 
 from autograder.checks import (SCALE_MISSING, Fail, check_close, check_number, check_tensor, check_true,
-                               check_tuple, copy_state, int_seed, randn, tol, unscaled)
+                               check_tuple, copy_state, dtype_name, int_seed, randn, tol, unscaled)
 from autograder.pytest_plugin import Remote, Seeded, reference
+from autograder.smallest_case import (bool_mask, dim, function_search, gradient_search, ints, smallest_case,
+                                      with_upstream)
 
 ref = reference("w8l1_attention_vision")
 
 SCORE_DIMS = ("batch", "position")
-
-
-def loose(student, dtype):
-    """For decompositions (SVD, QR) and recurrences: float64 1e-8, float32 1e-4 (1e-3 on CUDA)."""
-    if dtype == torch.float64:
-        return 1e-8
-    return 1e-4 if student.device == "cpu" else 1e-3
-
-
-def dt(dtype):
-    return str(dtype).replace("torch.", "")
 
 
 def padding_mask(rng, B, T):
@@ -66,7 +58,14 @@ def test_mse_shapes(student, rng):
         check_tensor("mse_loss(x_hat, x)", torch.empty((), dtype=a.dtype), got, device=student.device)
 
 
+def small_pair(draw):
+    """x_hat and x of one shape: 1 or 2 dimensions of 1..3."""
+    shape = tuple(dim(draw) for _ in range(dim(draw, 1, 2)))
+    return {"shape": shape, "x_hat": ints(draw, *shape), "x": ints(draw, *shape)}
+
+
 @pytest.mark.item("mse_loss", "values")
+@smallest_case(function_search("mse_loss", small_pair, F.mse_loss, ("loss",), ("x_hat", "x")))
 def test_mse_values(student, rng):
     for label, a, b in mse_cases(rng):
         student.case(label)
@@ -75,6 +74,8 @@ def test_mse_values(student, rng):
 
 
 @pytest.mark.item("mse_loss", "gradients")
+@smallest_case(gradient_search("mse_loss", with_upstream(small_pair, "d_loss", lambda c: ()), F.mse_loss,
+                               ("x_hat", "x"), ("x_hat", "x"), ("d_loss",)))
 def test_mse_gradients(student, rng):
     for label, a, b in list(mse_cases(rng))[:3]:
         student.case(label + ", gradients w.r.t. x_hat and x")
@@ -163,7 +164,7 @@ def noise_stats(student, x, y, sigma, label):
 def test_corrupt_shapes(student, rng):
     for shape, dtype, sigma in [((4, 784), torch.float32, 0.5), ((3, 5, 7), torch.float64, 1.0),
                                 ((2, 784), torch.float32, 0.0)]:
-        student.case(f"x {shape}, {dt(dtype)}, sigma {sigma}")
+        student.case(f"x {shape}, {dtype_name(dtype)}, sigma {sigma}")
         x = torch.rand(*shape, generator=rng, dtype=dtype)
         check_tensor("corrupt(x, sigma, generator)", x, student.call("corrupt", x, sigma, generator=Seeded(int_seed(rng))),
                      device=student.device)
@@ -174,7 +175,8 @@ def test_corrupt_shapes(student, rng):
 def test_corrupt_values(student, rng):
     for sigma, dtype, seeded in [(0.5, torch.float32, True), (0.1, torch.float64, True), (1.5, torch.float32, True),
                                  (0.3, torch.float32, False)]:
-        label = f"x (200, 784) {dt(dtype)}, sigma {sigma}, " + ("a seeded generator" if seeded else "generator=None")
+        label = (f"x (200, 784) {dtype_name(dtype)}, sigma {sigma}, "
+                 + ("a seeded generator" if seeded else "generator=None"))
         student.case(label)
         x = torch.rand(200, 784, generator=rng, dtype=dtype)
         y = student.call("corrupt", x, sigma, generator=Seeded(int_seed(rng))) if seeded else student.call("corrupt", x, sigma)
@@ -219,7 +221,7 @@ def low_rank_data(rng, m, d, r, dtype):
 @pytest.mark.item("pca", "shapes")
 def test_pca_shapes(student, rng):
     for m, d, k, dtype in [(60, 10, 3, torch.float32), (20, 30, 4, torch.float64)]:
-        student.case(f"X ({m}, {d}) {dt(dtype)}, k = {k}")
+        student.case(f"X ({m}, {d}) {dtype_name(dtype)}, k = {k}")
         X = low_rank_data(rng, m, d, k + 2, dtype)
         V_k, err = check_tuple("pca", 2, student.call("pca", X, k))
         check_tensor("V_k", torch.empty(d, k, dtype=dtype), V_k, device=student.device)
@@ -232,14 +234,14 @@ def test_pca_shapes(student, rng):
 def test_pca_values(student, rng):
     for m, d, k, dtype in [(300, 20, 3, torch.float64), (50, 80, 5, torch.float64), (200, 12, 1, torch.float32),
                            (100, 24, 8, torch.float32), (40, 6, 6, torch.float64)]:
-        label = f"X ({m}, {d}) {dt(dtype)} centred, k = {k}"
+        label = f"X ({m}, {d}) {dtype_name(dtype)} centred, k = {k}"
         student.case(label)
         X = low_rank_data(rng, m, d, min(k + 2, d), dtype)
         V_k, err = check_tuple("pca", 2, student.call("pca", X, k))
         check_tensor("V_k", torch.empty(d, k), V_k, dtype=False)
         V = V_k.double()
         X64 = X.double()
-        atol = loose(student, dtype)
+        atol = tol(student, dtype, "decompositions")
         check_close("V_k^T V_k", torch.eye(k, dtype=torch.float64), V.T @ V, atol=atol,
                     oracle="the identity (orthonormal columns)", dims=("column", "column"), case=label)
         _, S, Vh = torch.linalg.svd(X64 / math.sqrt(m), full_matrices=False)
@@ -281,7 +283,7 @@ def basis(rng, *shape, dtype=torch.float64):
 @pytest.mark.item("projector", "shapes")
 def test_projector_shapes(student, rng):
     for shape, dtype in [((10, 3), torch.float32), ((4, 12, 5), torch.float64), ((2, 3, 6, 1), torch.float32)]:
-        student.case(f"W {shape}, {dt(dtype)}")
+        student.case(f"W {shape}, {dtype_name(dtype)}")
         W = basis(rng, *shape, dtype=dtype)
         d = shape[-2]
         check_tensor("projector(W)", torch.empty(*shape[:-2], d, d, dtype=dtype), student.call("projector", W),
@@ -292,12 +294,13 @@ def test_projector_shapes(student, rng):
 def test_projector_values(student, rng):
     for shape, dtype in [((10, 3), torch.float64), ((4, 12, 5), torch.float64), ((7, 1), torch.float64),
                          ((784, 16), torch.float32), ((3, 6, 6), torch.float64)]:
-        label = f"W {shape} {dt(dtype)}, not orthonormal (singular values 0.1 to 10)"
+        label = f"W {shape} {dtype_name(dtype)}, not orthonormal (singular values 0.1 to 10)"
         student.case(label)
         W = basis(rng, *shape, dtype=dtype)
         Q, _ = torch.linalg.qr(W.double())
         got = student.call("projector", W)
-        check_close("projector(W)", Q @ Q.mT, got, atol=loose(student, dtype), oracle="Q Q^T with Q from torch.linalg.qr(W)",
+        check_close("projector(W)", Q @ Q.mT, got, atol=tol(student, dtype, "decompositions"),
+                    oracle="Q Q^T with Q from torch.linalg.qr(W)",
                     dims=("batch",) * (len(shape) - 2) + ("row", "column"), case=label)
 
 
@@ -330,7 +333,7 @@ def scipy_cosines(W, V):
 @pytest.mark.item("principal_angle_cosines", "shapes")
 def test_angles_shapes(student, rng):
     for d, k1, k2, dtype in [(10, 3, 3, torch.float32), (20, 2, 5, torch.float64), (8, 4, 2, torch.float32)]:
-        student.case(f"W ({d}, {k1}), V ({d}, {k2}), {dt(dtype)}")
+        student.case(f"W ({d}, {k1}), V ({d}, {k2}), {dtype_name(dtype)}")
         W, V = basis(rng, d, k1, dtype=dtype), basis(rng, d, k2, dtype=dtype)
         check_tensor("principal_angle_cosines(W, V)", torch.empty(min(k1, k2), dtype=dtype),
                      student.call("principal_angle_cosines", W, V), device=student.device)
@@ -343,7 +346,7 @@ def test_angles_values(student, rng):
                              (64, 16, 16, torch.float32)]:
         W, V = basis(rng, d, k1, dtype=dtype), basis(rng, d, k2, dtype=dtype)
         V[:, 0] = W[:, 0] + 0.1 * V[:, 0]           # one small angle, so the cosines are spread out
-        cases.append((f"W ({d}, {k1}), V ({d}, {k2}) {dt(dtype)}, non-orthonormal bases", W, V))
+        cases.append((f"W ({d}, {k1}), V ({d}, {k2}) {dtype_name(dtype)}, non-orthonormal bases", W, V))
     W = basis(rng, 12, 4)
     R = randn(rng, 4, 4, dtype=torch.float64) + 3 * torch.eye(4, dtype=torch.float64)
     cases.append(("V = W R: the same subspace in another basis (all cosines 1)", W, W @ R))
@@ -352,7 +355,7 @@ def test_angles_values(student, rng):
     for label, W, V in cases:
         student.case(label)
         got = student.call("principal_angle_cosines", W, V)
-        check_close("cosines", scipy_cosines(W, V), got, atol=loose(student, W.dtype) * 10,
+        check_close("cosines", scipy_cosines(W, V), got, atol=tol(student, W.dtype, "decompositions") * 10,
                     oracle="cos(scipy.linalg.subspace_angles), descending", dims=("angle",), case=label)
 
 
@@ -520,7 +523,7 @@ def score_cases(rng):
     """(label, s, H): s (B, d), H (B, T, d); B = 1 and T = 1 included, float64 once."""
     for B, T, d, dtype in [(4, 7, 16, torch.float32), (1, 1, 4, torch.float32), (3, 5, 8, torch.float64),
                            (2, 9, 6, torch.float32), (1, 6, 5, torch.float32)]:
-        yield (f"s ({B}, {d}), H ({B}, {T}, {d}), {dt(dtype)}", randn(rng, B, d, dtype=dtype),
+        yield (f"s ({B}, {d}), H ({B}, {T}, {d}), {dtype_name(dtype)}", randn(rng, B, d, dtype=dtype),
                randn(rng, B, T, d, dtype=dtype))
 
 
@@ -540,6 +543,19 @@ def score_values(student, rng, name, oracle, oracle_name, extra=lambda rng, d, d
                     dims=SCORE_DIMS, case=label, mistakes=mistakes(q, H, *args))
 
 
+def small_scores(draw, extra=lambda draw, d: {}):
+    """s (B, d) and H (B, T, d) of small integers, B, T, d in 1..3, then `extra(draw, d)`'s inputs."""
+    case = {"B": dim(draw), "T": dim(draw), "d": dim(draw)}
+    case["s"], case["H"] = ints(draw, case["B"], case["d"]), ints(draw, case["B"], case["T"], case["d"])
+    case.update(extra(draw, case["d"]))
+    return case
+
+
+def score_search(name, oracle, extra=lambda draw, d: {}, extra_names=()):
+    """The smallest s, H (and the score's weights `extra_names`) on which `name` disagrees with `oracle`."""
+    return function_search(name, lambda draw: small_scores(draw, extra), oracle, ("scores",), ("s", "H", *extra_names))
+
+
 def dot_oracle(q, H):
     return torch.einsum("bd,btd->bt", q, H)
 
@@ -550,6 +566,7 @@ def test_dot_shapes(student, rng):
 
 
 @pytest.mark.item("score_dot", "values")
+@smallest_case(score_search("score_dot", lambda q, H: dot_oracle(q, H)))
 def test_dot_values(student, rng):
     score_values(student, rng, "score_dot", dot_oracle, "einsum('bd,btd->bt')")
 
@@ -560,6 +577,7 @@ def test_scaled_shapes(student, rng):
 
 
 @pytest.mark.item("score_scaled", "values")
+@smallest_case(score_search("score_scaled", lambda q, H: dot_oracle(q, H) / math.sqrt(q.shape[-1])))
 def test_scaled_values(student, rng):
     scaled = lambda q, H: dot_oracle(q, H) / math.sqrt(q.shape[-1])  # noqa: E731
     score_values(student, rng, "score_scaled", scaled, "s^T h_t / sqrt(d)",
@@ -576,6 +594,8 @@ def test_general_shapes(student, rng):
 
 
 @pytest.mark.item("score_general", "values")
+@smallest_case(score_search("score_general", lambda q, H, W: torch.einsum("bd,de,bte->bt", q, W, H),
+                            lambda draw, d: {"W_a": ints(draw, d, d)}, ("W_a",)))
 def test_general_values(student, rng):
     score_values(student, rng, "score_general", lambda q, H, W: torch.einsum("bd,de,bte->bt", q, W, H), "s^T W_a h_t",
                  general_args)
@@ -590,12 +610,18 @@ def cosine_oracle(q, H):
     return F.cosine_similarity(q[:, None, :].expand_as(H), H, dim=-1)
 
 
+def small_additive(draw, d):
+    k = dim(draw, 1, 2)
+    return {"k": k, "W_a": ints(draw, k, 2 * d), "v_a": ints(draw, k)}
+
+
 @pytest.mark.item("score_cosine", "shapes")
 def test_cosine_shapes(student, rng):
     score_shapes(student, rng, "score_cosine")
 
 
 @pytest.mark.item("score_cosine", "values")
+@smallest_case(score_search("score_cosine", cosine_oracle))
 def test_cosine_values(student, rng):
     score_values(student, rng, "score_cosine", cosine_oracle, "F.cosine_similarity")
     label = "s (2, 6) and H (2, 4, 6) scaled by 1e3 and 1e-3: the cosine ignores lengths"
@@ -626,6 +652,7 @@ def test_additive_shapes(student, rng):
 
 
 @pytest.mark.item("score_additive", "values")
+@smallest_case(score_search("score_additive", additive_oracle, small_additive, ("W_a", "v_a")))
 def test_additive_values(student, rng):
     score_values(student, rng, "score_additive", additive_oracle, "v_a^T tanh(W_a [s; h_t])", additive_args)
 
@@ -633,7 +660,7 @@ def test_additive_values(student, rng):
 def location_cases(rng):
     for B, T, d, dtype in [(4, 7, 16, torch.float32), (1, 1, 4, torch.float32), (3, 5, 8, torch.float64),
                            (2, 12, 3, torch.float32)]:
-        yield (f"s ({B}, {d}), W_loc ({T}, {d}), {dt(dtype)}", randn(rng, B, d, dtype=dtype),
+        yield (f"s ({B}, {d}), W_loc ({T}, {d}), {dtype_name(dtype)}", randn(rng, B, d, dtype=dtype),
                randn(rng, T, d, dtype=dtype))
 
 
@@ -645,7 +672,15 @@ def test_location_shapes(student, rng):
                      student.call("alpha_location", q, W), device=student.device)
 
 
+def small_location(draw):
+    case = {"B": dim(draw), "T": dim(draw), "d": dim(draw)}
+    case["s"], case["W_loc"] = ints(draw, case["B"], case["d"]), ints(draw, case["T"], case["d"])
+    return case
+
+
 @pytest.mark.item("alpha_location", "values")
+@smallest_case(function_search("alpha_location", small_location, lambda q, W: torch.softmax(q @ W.T, dim=-1),
+                               ("alpha",), ("s", "W_loc")))
 def test_location_values(student, rng):
     for label, q, W in location_cases(rng):
         student.case(label)
@@ -732,7 +767,17 @@ def test_context_shapes(student, rng):
         check_tensor("alpha", scores, alpha, device=student.device)
 
 
+def small_context(draw):
+    """scores (B, T), H (B, T, d), a (B, T) mask (True = real, one at least per row) or none."""
+    case = {"B": dim(draw), "T": dim(draw), "d": dim(draw)}
+    case["scores"], case["H"] = ints(draw, case["B"], case["T"]), ints(draw, case["B"], case["T"], case["d"])
+    case["mask"] = bool_mask(draw, case["B"], case["T"], open_value=True)
+    return case
+
+
 @pytest.mark.item("attention_context", "values")
+@smallest_case(function_search("attention_context", small_context, context_oracle, ("c", "alpha"), ("scores", "H"),
+                               ("mask",)))
 def test_context_values(student, rng):
     for label, scores, H, mask in context_cases(rng):
         student.case(label)
@@ -762,6 +807,10 @@ def test_context_values(student, rng):
 
 
 @pytest.mark.item("attention_context", "gradients")
+@smallest_case(gradient_search(
+    "attention_context", with_upstream(with_upstream(small_context, "d_c", lambda c: (c["B"], c["d"])), "d_alpha",
+                                       lambda c: (c["B"], c["T"])),
+    context_oracle, ("scores", "H", "mask"), ("scores", "H"), ("d_c", "d_alpha")))
 def test_context_gradients(student, rng):
     for label, scores, H, mask in list(context_cases(rng))[:3]:
         student.case(label + ", gradients w.r.t. scores and H")
@@ -811,17 +860,26 @@ def test_context_properties(student, rng):
 @pytest.mark.item("unroll_annotations", "shapes")
 def test_unroll_shapes(student, rng):
     for shape, dtype in [((2, 5, 3, 4), torch.float32), ((1, 32, 8, 8), torch.float64), ((3, 1, 2, 7), torch.float32)]:
-        student.case(f"volume {shape}, {dt(dtype)}")
+        student.case(f"volume {shape}, {dtype_name(dtype)}")
         N, C, Hh, W = shape
         check_tensor("unroll_annotations(volume)", torch.empty(N, Hh * W, C, dtype=dtype),
                      student.call("unroll_annotations", randn(rng, *shape, dtype=dtype)), device=student.device)
 
 
+def small_volume(draw):
+    case = {"N": dim(draw, 1, 2), "C": dim(draw, 1, 2), "H": dim(draw), "W": dim(draw)}
+    case["volume"] = ints(draw, *case.values())
+    return case
+
+
 @pytest.mark.item("unroll_annotations", "values")
+@smallest_case(function_search("unroll_annotations", small_volume,
+                               lambda v: v.permute(0, 2, 3, 1).reshape(v.shape[0], -1, v.shape[1]), ("annotations",),
+                               ("volume",)))
 def test_unroll_values(student, rng):
     for shape, dtype in [((2, 5, 3, 4), torch.float32), ((1, 32, 8, 8), torch.float64), ((3, 6, 2, 7), torch.float32),
                          ((2, 4, 5, 1), torch.float32)]:
-        label = f"volume {shape} (N, C, H, W), {dt(dtype)}"
+        label = f"volume {shape} (N, C, H, W), {dtype_name(dtype)}"
         student.case(label)
         N, C, Hh, W = shape
         volume = randn(rng, *shape, dtype=dtype)
@@ -841,7 +899,7 @@ def spatial_oracle(q, A, W_a):
 def spatial_cases(rng):
     for B, L, d, dtype in [(4, 64, 16, torch.float32), (2, 12, 8, torch.float64), (1, 5, 3, torch.float32),
                            (3, 64, 32, torch.float32)]:
-        yield (f"s ({B}, {d}), A ({B}, {L}, {d}), W_a ({d}, {d}) {dt(dtype)}", randn(rng, B, d, dtype=dtype),
+        yield (f"s ({B}, {d}), A ({B}, {L}, {d}), W_a ({d}, {d}) {dtype_name(dtype)}", randn(rng, B, d, dtype=dtype),
                randn(rng, B, L, d, dtype=dtype), randn(rng, d, d, dtype=dtype) / math.sqrt(d))
 
 
@@ -854,7 +912,15 @@ def test_spatial_shapes(student, rng):
         check_tensor("alpha", torch.empty(A.shape[:2], dtype=q.dtype), alpha, device=student.device)
 
 
+def small_spatial(draw):
+    case = {"B": dim(draw), "L": dim(draw), "d": dim(draw)}
+    case["s"], case["A"] = ints(draw, case["B"], case["d"]), ints(draw, case["B"], case["L"], case["d"])
+    case["W_a"] = ints(draw, case["d"], case["d"])
+    return case
+
+
 @pytest.mark.item("spatial_attention", "values")
+@smallest_case(function_search("spatial_attention", small_spatial, spatial_oracle, ("ctx", "alpha"), ("s", "A", "W_a")))
 def test_spatial_values(student, rng):
     cases = list(spatial_cases(rng))
     q, A = randn(rng, 3, 8), randn(rng, 3, 10, 8)
@@ -874,7 +940,7 @@ def test_spatial_values(student, rng):
 def alpha_cases(rng):
     for shape, dtype in [((4, 7), torch.float32), ((3, 12), torch.float64), ((1, 5), torch.float32),
                          ((2, 3, 6), torch.float32), ((4, 1), torch.float32)]:
-        yield (f"alpha {shape} {dt(dtype)} (rows are softmax weights)",
+        yield (f"alpha {shape} {dtype_name(dtype)} (rows are softmax weights)",
                torch.softmax(randn(rng, *shape, dtype=dtype) * 2, -1))
 
 
@@ -885,7 +951,17 @@ def test_hard_shapes(student, rng):
         check_tensor("hard_attention(alpha)", alpha, student.call("hard_attention", alpha), device=student.device)
 
 
+def small_alpha(draw):
+    """alpha (B, T): each row a permutation of 1..T, normalised (one clear argmax per row)."""
+    case = {"B": dim(draw), "T": dim(draw)}
+    rows = torch.tensor([draw(st.permutations(range(1, case["T"] + 1))) for _ in range(case["B"])], dtype=torch.float32)
+    case["alpha"] = rows / rows.sum(-1, keepdim=True)
+    return case
+
+
 @pytest.mark.item("hard_attention", "values")
+@smallest_case(function_search("hard_attention", small_alpha,
+                               lambda a: F.one_hot(a.argmax(-1), a.shape[-1]).to(a.dtype), ("hard",), ("alpha",)))
 def test_hard_values(student, rng):
     for label, alpha in alpha_cases(rng):
         student.case(label)
@@ -926,7 +1002,19 @@ def test_local_shapes(student, rng):
                      device=student.device)
 
 
+def small_local(draw):
+    """alpha (B, T) rows of 1, 2, 3 normalised, a centre per row, D in 0..2."""
+    case = {"B": dim(draw), "T": dim(draw, 1, 4)}
+    weights = ints(draw, case["B"], case["T"], lo=1, hi=3)
+    case["alpha"] = weights / weights.sum(-1, keepdim=True)
+    case["centre"] = torch.tensor([draw(st.integers(0, case["T"] - 1)) for _ in range(case["B"])])
+    case["D"] = draw(st.integers(0, 2))
+    return case
+
+
 @pytest.mark.item("local_attention", "values")
+@smallest_case(function_search("local_attention", small_local, local_oracle, ("alpha_local",),
+                               ("alpha", "centre", "D")))
 def test_local_values(student, rng):
     for label, alpha, centre, D in local_cases(rng):
         student.case(label)
@@ -1004,7 +1092,21 @@ def test_self_shapes(student, rng):
         check_tensor("A", torch.empty(*H.shape[:-1], H.shape[-2], dtype=H.dtype), A, device=student.device)
 
 
+def small_self(draw):
+    """H (T, d) or (B, T, d) of small integers."""
+    case = {"B": dim(draw, 1, 2)} if draw(st.booleans()) else {}
+    case.update(T=dim(draw), d=dim(draw))
+    case["H"] = ints(draw, *case.values())
+    return case
+
+
+def self_attention_oracle(H):
+    Z, A = self_oracle(H if H.dim() == 3 else H[None])
+    return (Z, A) if H.dim() == 3 else (Z[0], A[0])
+
+
 @pytest.mark.item("self_attention", "values")
+@smallest_case(function_search("self_attention", small_self, self_attention_oracle, ("Z", "A"), ("H",)))
 def test_self_values(student, rng):
     for label, H in self_cases(rng):
         student.case(label)

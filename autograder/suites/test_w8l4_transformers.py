@@ -10,10 +10,13 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from hypothesis import strategies as st
 
 from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_number, check_tensor,
-                               check_true, check_tuple, randn, sinusoid_table, tol, unscaled, unscaled_mha)
+                               check_true, check_tuple, dtype_name, randn, sinusoid_table, tol, unscaled, unscaled_mha)
 from autograder.pytest_plugin import Opaque, Remote, Seeded, reference
+from autograder.smallest_case import (Search, attention_case, bool_mask, dim, function_search, gradient_search, ints,
+                                      smallest_case, with_upstream)
 
 ref = reference("w8l4_transformers")
 
@@ -21,11 +24,6 @@ HEAD_DIMS = ("batch", "head", "query", "col")
 ATTN_DIMS = ("batch", "head", "query", "key")
 SEQ_DIMS = ("batch", "position", "col")
 BOS, EOS, PAD, VOCAB, N_DIGITS = ref.BOS, ref.EOS, ref.PAD, ref.VOCAB, ref.N_DIGITS
-
-
-def gtol(student):
-    """Float32 gradients: 1e-4 on the CPU, looser on CUDA (TF32 may be on in the student's process)."""
-    return 1e-4 if student.device == "cpu" else 5e-3
 
 
 def randint(rng, lo, hi):
@@ -82,7 +80,23 @@ def test_attention_shapes(student, rng):
         check_tensor("A", ref_A, A, device=student.device)
 
 
+def blocked_attention(Q, K, V, mask=None):
+    return attention_oracle(Q, K, V, mask, blocked=True)
+
+
+def small_attention(draw):
+    return attention_case(draw, open_value=False)
+
+
+ATTENTION_SEARCH = function_search("attention", small_attention, blocked_attention, ("Z", "A"), ("Q", "K", "V"),
+                                   ("mask",))
+ATTENTION_GRAD_SEARCH = gradient_search(
+    "attention", with_upstream(small_attention, "dZ", lambda c: (*c["Q"].shape[:-1], c["d_v"])), blocked_attention,
+    ("Q", "K", "V", "mask"), ("Q", "K", "V"), ("dZ", None))
+
+
 @pytest.mark.item("attention", "values")
+@smallest_case(ATTENTION_SEARCH)
 def test_attention_values(student, rng):
     for label, Q, K, V, mask in attention_cases(rng):
         student.case(label)
@@ -96,6 +110,7 @@ def test_attention_values(student, rng):
 
 
 @pytest.mark.item("attention", "gradients")
+@smallest_case(ATTENTION_GRAD_SEARCH)
 def test_attention_gradients(student, rng):
     for label, Q, K, V, mask in list(attention_cases(rng))[:4]:
         student.case(label + ", gradients w.r.t. Q, K, V")
@@ -106,7 +121,7 @@ def test_attention_gradients(student, rng):
         for name, e, got in zip(("dQ", "dK", "dV"), expected, grads):
             if got is None:
                 raise Fail(f"no gradient reached {name[1]} ({label})")
-            check_close(name, e, got, atol=gtol(student) if Q.dtype == torch.float32 else 1e-9,
+            check_close(name, e, got, atol=tol(student, Q.dtype, "gradients"),
                         oracle="autograd through F.scaled_dot_product_attention", dims=dims_of(Q), case=label)
 
 
@@ -251,7 +266,65 @@ def test_mha_shapes(student, rng):
     check_tensor("A", torch.empty(2, 3, 7, 7), A, device=student.device)
 
 
+def small_mha(draw):
+    """MultiHeadAttention(h * d_k, h, bias) with weights of -1, 0, 1; self- or cross-attention, a mask or none."""
+    case = {"h": dim(draw, 1, 2), "d_k": dim(draw, 1, 2), "B": dim(draw, 1, 2), "T_q": dim(draw, 1, 2)}
+    cross = draw(st.booleans())
+    if cross:
+        case["T_k"] = dim(draw, 1, 2)
+    d = case["d_model"] = case["h"] * case["d_k"]
+    case["bias"] = draw(st.booleans())
+    for n in "QKVO":
+        case[f"W{n}.weight"] = ints(draw, d, d, lo=-1, hi=1)
+        if case["bias"]:
+            case[f"W{n}.bias"] = ints(draw, d, lo=-1, hi=1)
+    case["x_q"] = ints(draw, case["B"], case["T_q"], d)
+    case["x_kv"] = ints(draw, case["B"], case["T_k"], d) if cross else None
+    case["mask"] = bool_mask(draw, case["T_q"], case.get("T_k", case["T_q"]), open_value=False)
+    return case
+
+
+def mha_with(student, case, memo):
+    """The student's MultiHeadAttention of the case's size, carrying the case's weights (by the spec's names)."""
+    key = (case["d_model"], case["h"], case["bias"])
+    if key not in memo:
+        m = student.new("MultiHeadAttention", *key[:2], bias=key[2])
+        memo[key] = m, list(student.state(m))
+    m, names = memo[key]
+    student.load_state(m, [case[n] for n in names])  # a name not of the spec: KeyError ends the search
+    return m
+
+
+def small_mha_oracle(case, x_q, x_kv):
+    weights = {k: v for k, v in case.items() if k.startswith("W")}
+    mha = oracle_mha(weights, "", case["d_model"], case["h"], case["bias"])
+    return mha_oracle(mha, x_q, x_q if x_kv is None else x_kv, case["mask"], case["h"])
+
+
+MHA_SEARCH = Search(small_mha, lambda student, c, memo: student.method(mha_with(student, c, memo), "forward", c["x_q"],
+                                                                         c["x_kv"], mask=c["mask"]),
+                    lambda c: small_mha_oracle(c, c["x_q"], c["x_kv"]), ("out", "A"))
+
+
+def mha_grad_student(student, c, memo):
+    wrt = [0] if c["x_kv"] is None else [0, 1]
+    _, grads = student.grad(mha_with(student, c, memo), (c["x_q"], c["x_kv"], c["mask"]), wrt=wrt,
+                            upstream=[c["d_out"], None], method="forward")
+    return tuple(grads)
+
+
+def mha_grad_oracle(c):
+    leaves = [t.clone().requires_grad_(True) for t in (c["x_q"], c["x_kv"]) if t is not None]
+    out, _ = small_mha_oracle(c, leaves[0], leaves[1] if len(leaves) > 1 else None)
+    return torch.autograd.grad((out * c["d_out"]).sum(), leaves)
+
+
+MHA_GRAD_SEARCH = Search(with_upstream(small_mha, "d_out", lambda c: c["x_q"].shape), mha_grad_student, mha_grad_oracle,
+                         ("dx_q", "dx_kv"))
+
+
 @pytest.mark.item("MultiHeadAttention", "values")
+@smallest_case(MHA_SEARCH)
 def test_mha_values(student, rng):
     for label, d, h, bias, x_q, x_kv, mask, dtype in mha_cases(rng):
         student.case(label)
@@ -273,6 +346,7 @@ def test_mha_values(student, rng):
 
 
 @pytest.mark.item("MultiHeadAttention", "gradients")
+@smallest_case(MHA_GRAD_SEARCH)
 def test_mha_gradients(student, rng):
     for label, d, h, bias, x_q, x_kv, mask, dtype in list(mha_cases(rng))[:4]:
         student.case(label + ", gradients w.r.t. the inputs")
@@ -288,7 +362,8 @@ def test_mha_gradients(student, rng):
         for name, e, got in zip(("d x_q", "d x_kv"), expected, grads):
             if got is None:
                 raise Fail(f"no gradient reached {name[2:]} ({label})")
-            check_close(name, e, got, atol=gtol(student), oracle="autograd through nn.MultiheadAttention", dims=SEQ_DIMS,
+            check_close(name, e, got, atol=tol(student, dtype, "gradients"),
+                        oracle="autograd through nn.MultiheadAttention", dims=SEQ_DIMS,
                         case=label)
 
 
@@ -306,7 +381,7 @@ def test_pe_shapes(student, rng):
 
 def check_pe(student, max_len, d, dtype):
     """One table against the formula: shape and dtype, then values (float64 to 1e-9, float32 to 3e-5)."""
-    label = f"positional_encoding({max_len}, {d}, dtype={str(dtype).replace('torch.', '')})"
+    label = f"positional_encoding({max_len}, {d}, dtype={dtype_name(dtype)})"
     label += " (a float64 table is computed in float64)" if dtype == torch.float64 else ""
     student.case(label + (" (odd d_emb: the last column is a sine with no partner)" if d % 2 else ""))
     got = student.call("positional_encoding", max_len, d, dtype=dtype)
@@ -316,7 +391,15 @@ def check_pe(student, max_len, d, dtype):
                 dims=("position", "column"), case=student.label)
 
 
+def pe_search(parity):
+    """positional_encoding(max_len, d_emb) for max_len 1..4 and d_emb of this parity (0 even, 1 odd) up to 6."""
+    def draw(d):
+        return {"max_len": dim(d, 1, 4), "d_emb": 2 * dim(d, 1 - parity, 3 - parity) + parity}
+    return function_search("positional_encoding", draw, sinusoid_table, ("PE",), ("max_len", "d_emb"))
+
+
 @pytest.mark.item("positional_encoding", "values")
+@smallest_case(pe_search(0))
 def test_pe_values(student, rng):
     d_rand = 2 * randint(rng, 3, 12)
     for max_len, d, dtype in [(50, 16, torch.float32), (128, d_rand, torch.float32), (64, 32, torch.float64),
@@ -325,6 +408,7 @@ def test_pe_values(student, rng):
 
 
 @pytest.mark.item("positional_encoding", "properties")
+@smallest_case(pe_search(1))
 def test_pe_odd(student, rng):
     """The edge case beyond the lecture's code: an odd d_emb has one sine column more than cosines."""
     for max_len, d, dtype in [(10, 7, torch.float32), (9, 2 * randint(rng, 2, 8) + 1, torch.float64)]:
@@ -342,7 +426,12 @@ def test_offset_shapes(student, rng):
         check_tensor("M_k", torch.empty(d, d, dtype=torch.float64), student.call("offset_matrix", k, d))
 
 
+def small_offset(draw):
+    return {"k": draw(st.integers(-3, 3)), "d_emb": 2 * dim(draw, 1, 3)}
+
+
 @pytest.mark.item("offset_matrix", "values")
+@smallest_case(function_search("offset_matrix", small_offset, ref.offset_matrix, ("M_k",), ("k", "d_emb")))
 def test_offset_values(student, rng):
     for d, k in zip([16, 8, 2 * randint(rng, 2, 12), 32, 6], offset_ks(rng)):
         label = f"offset_matrix({k}, {d})"
@@ -365,14 +454,14 @@ def test_offset_properties(student, rng):
     a, b = randint(rng, 1, 30), randint(rng, 1, 30)
     student.case(f"offset_matrix(k, {d}) for k = 0, {a}, {b}, {a + b}")
     Ma, Mb, Mab, M0 = (student.call("offset_matrix", k, d) for k in (a, b, a + b, 0))
-    I = torch.eye(d, dtype=torch.float64)
-    check_close("M_0", I, M0, atol=1e-12, rtol=0, oracle="the identity", dims=("row", "column"),
+    eye = torch.eye(d, dtype=torch.float64)
+    check_close("M_0", eye, M0, atol=1e-12, rtol=0, oracle="the identity", dims=("row", "column"),
                 case="a shift by 0 is the identity")
     block = torch.block_diag(*[torch.ones(2, 2, dtype=torch.bool)] * (d // 2))
     off = Ma.masked_select(~block).abs()
     check_true(bool((off <= 1e-12).all()), f"M_{a} has {off.max().item():.3g} outside its 2x2 diagonal blocks: "
                                           f"it must be block-diagonal (each sin/cos pair rotates on its own)")
-    check_close(f"M_{a} M_{a}^T", I, Ma @ Ma.T, atol=1e-12, rtol=0, oracle="the identity", dims=("row", "column"),
+    check_close(f"M_{a} M_{a}^T", eye, Ma @ Ma.T, atol=1e-12, rtol=0, oracle="the identity", dims=("row", "column"),
                 case="each block is a rotation, so M_k is orthogonal")
     dets = torch.stack([torch.linalg.det(Ma[i:i + 2, i:i + 2]) for i in range(0, d, 2)])
     check_close(f"determinants of M_{a}'s 2x2 blocks", torch.ones(d // 2, dtype=torch.float64), dets, atol=1e-12,
@@ -394,6 +483,7 @@ def test_causal_shapes(student, rng):
 
 
 @pytest.mark.item("causal_mask", "values")
+@smallest_case(function_search("causal_mask", lambda draw: {"T": dim(draw, 1, 5)}, tri, ("mask",), ("T",)))
 def test_causal_values(student, rng):
     for T in (1, 2, 7, randint(rng, 8, 40)):
         student.case(f"causal_mask({T})")
@@ -547,7 +637,7 @@ def test_enc_gradients(student, rng):
         expected, = torch.autograd.grad((encoder_oracle(oracle, leaf, mask, h)[0] * up).sum(), [leaf])
         if grads[0] is None:
             raise Fail(f"no gradient reached x ({label})")
-        check_close("dx", expected, grads[0], atol=gtol(student) * 2,
+        check_close("dx", expected, grads[0], atol=tol(student, x.dtype, "gradients") * 2,
                     oracle="autograd through nn.TransformerEncoderLayer", dims=SEQ_DIMS, case=label)
 
 
@@ -762,7 +852,7 @@ def check_batch(out, B, L_min, L_max):
     src, tgt_in, tgt, lens = check_tuple("make_batch", 4, out)
     check_tensor("lens", torch.empty(B), lens, dtype=False)
     check_true(not lens.is_floating_point() and lens.dtype != torch.bool,
-               f"'lens' has dtype {str(lens.dtype).replace('torch.', '')}, expected an integer dtype")
+               f"'lens' has dtype {dtype_name(lens.dtype)}, expected an integer dtype")
     T = int(lens.max()) + 1
     for name, t in (("src", src), ("tgt_in", tgt_in), ("tgt", tgt)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != B or t.shape[1] not in (T, L_max + 1):
@@ -903,7 +993,17 @@ def test_greedy_values(student, rng):
 
 # --- mha_cost --------------------------------------------------------------------------------------
 
+def cost_oracle(d, h, d_k, T):
+    return torch.tensor(3 * d * h * d_k + h * d_k * d), torch.tensor(h * T * T * d_k)
+
+
+def small_cost(draw):
+    return {"d_model": dim(draw, 1, 4), "h": dim(draw, 1, 3), "d_k": dim(draw, 1, 3), "T": dim(draw, 1, 3)}
+
+
 @pytest.mark.item("mha_cost", "values")
+@smallest_case(function_search("mha_cost", small_cost, cost_oracle, ("params", "score_flops"),
+                               ("d_model", "h", "d_k", "T")))
 def test_cost_values(student, rng):
     cases = [(512, 8, 64, 100)] + [(randint(rng, 8, 256), randint(rng, 1, 16), randint(rng, 2, 64), randint(rng, 1, 300))
                                    for _ in range(4)]

@@ -1,5 +1,13 @@
-"""Planted mistakes per assignment (one module each) and what they share: the catch sets' wiring and the reasons
-a check is not isolated yet."""
+"""Planted mistakes per assignment (one module each) and what reads them: a variant's cell, the rounds they are
+graded in (tests/test_grading.py, tools/device_planted.py, tools/mutate_checks.py), the catch sets' wiring and the
+reasons a check is not isolated yet."""
+import importlib
+
+from autograder.build import item_cell
+from autograder.config import load_course
+from autograder.examples import mutate
+from autograder.notebook import names_used
+from autograder.report import item_summary
 
 # Why a check is not isolated yet (a reason, not an excuse: each is work left).
 SHAPES_TODO = ("covered but not isolated: its shape slip (SHAPE_SLIPS) breaks the values check too, which compares shapes "
@@ -24,3 +32,61 @@ def add_shape_slips(planted, catches, slips):
         for name, (variant, kinds) in named.items():
             planted[item]["wrong"][name] = variant
             catches[item][name] = set(kinds)
+
+
+def scores(result):
+    """{item: (score, max_score)} of one results.json."""
+    return {item: (s, m) for item, (s, m, _) in item_summary(result).items()}
+
+
+def planted_module(aid):
+    """tests/planted/<aid>.py, or None when the assignment has none yet."""
+    try:
+        return importlib.import_module(f"tests.planted.{aid}")
+    except ModuleNotFoundError:
+        return None  # test_every_item_has_planted_mistakes_and_a_correct_alternative reports it
+
+
+def planted(aid):
+    """The assignment's PLANTED: {item: {"wrong": {name: variant}, "right": {...}, "catches": {name: kinds}}}."""
+    return getattr(planted_module(aid), "PLANTED", {})
+
+
+def variant_source(aid, item, variant):
+    """A planted variant's cell: an (old, new) edit of the reference cell, or a whole cell."""
+    return mutate(aid, item, *variant) if isinstance(variant, tuple) else variant
+
+
+def dependents(aid):
+    """item -> the items whose reference code or checks use it, directly or through others."""
+    items = list(load_course().assignment(aid).items)
+    uses = {i: (names_used(item_cell(aid, i, solved=True)) or set()) & set(items) - {i} for i in items}
+    for item, used in getattr(planted_module(aid), "CHECKED_WITH", {}).items():
+        uses[item] |= set(used)
+    closure = {}
+    for item in items:
+        found, frontier = set(), {item}
+        while frontier:
+            frontier = {j for j in items if uses[j] & frontier} - found
+            found |= frontier
+        closure[item] = found
+    return closure
+
+
+def rounds(aid):
+    """Planted wrong variants packed into rounds whose items neither share nor feed each other's dependents."""
+    deps = dependents(aid)
+    pending = [(item, name, v) for item, spec in planted(aid).items() for name, v in spec["wrong"].items()]
+    out = []
+    while pending:
+        taken, reach, rest = [], set(), []
+        for item, name, v in pending:
+            mine = {item} | deps[item]
+            if mine & reach or any(item == t[0] for t in taken):
+                rest.append((item, name, v))
+            else:
+                taken.append((item, name, v))
+                reach |= mine
+        out.append(taken)
+        pending = rest
+    return out
