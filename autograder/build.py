@@ -2,7 +2,6 @@
 import ast
 import importlib
 import inspect
-import json
 import os
 import re
 import shutil
@@ -303,8 +302,3 @@ def verify(aid, folder):
                         f"(run `course sync`)")
     return problems
 
-
-def normalised(path):
-    """A notebook's JSON with the fields nbgrader writes differently run to run left out."""
-    nb = json.loads(Path(path).read_text())
-    return json.dumps(nb, sort_keys=True, indent=1)

@@ -99,7 +99,7 @@ def check_number(name, ref, got, tol=1e-6):
         else:
             raise Fail(f"'{name}' is {describe(got)}, expected a number")
     if abs(got - ref) > tol * max(1.0, abs(ref)):
-        raise Fail(f"'{name}' is {got:g}, expected {ref:g}")
+        raise Fail(f"'{name}' is {got:.10g}, expected {ref:.10g}")  # :g would show 1000005 as 1e+06
 
 
 def check_signature(name, expected, info, methods=None):

@@ -133,8 +133,11 @@ class TrustedGrade(NbGraderPreprocessor):
         by_item = item_summary(result)
         for cell in nb.cells:
             gid = nbgrader_meta(cell).get("grade_id", "")
-            if cell.cell_type != "code" or not gid.startswith("test_") or gid[5:] not in by_item:
+            if cell.cell_type != "code" or not gid.startswith("test_"):
                 continue
+            if gid[5:] not in by_item:  # nbgrader would give a test cell with no output its full points
+                raise RuntimeError(f"the grader has no result for test cell '{gid}' ({aid} in course.yaml has no item "
+                                   f"{gid[5:]!r}): the release and course.yaml disagree; nothing was graded")
             score, max_score, lines = by_item[gid[5:]]
             head = f"{gid[5:]}: {score_text(round(score, 4))} / {score_text(max_score)} points"
             cell.outputs = [

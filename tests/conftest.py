@@ -7,6 +7,8 @@ import os
 import nbformat
 import pytest
 
+# pytest's own fixture for running a pytest session in the test (tests/unit/test_plugin_rules.py)
+pytest_plugins = ["pytester"]
 FIGURES = []
 # The smallest-failing-case search adds up to course.yaml's limits.search_seconds to each item a planted mistake
 # fails (test_grading grades some 150): off here, on in tests/test_smallest_case.py, which tests it.

@@ -4,17 +4,23 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder.build import BEGIN, HIDDEN_BEGIN, generate, item_cell, normalised, solve, sync, verify
+from autograder.build import BEGIN, HIDDEN_BEGIN, generate, item_cell, solve, sync, verify
 from autograder.config import ROOT, load_course
 from autograder.notebook import nbgrader_meta
 from tests.test_public_checks import table
 
 COURSE = load_course()
 AIDS = list(COURSE.assignments)
+
+
+def normalised(path):
+    """A notebook's JSON with its keys sorted, to compare two notebooks as nbgrader wrote them."""
+    return json.dumps(json.loads(Path(path).read_text()), sort_keys=True, indent=1)
 
 
 def execute(path, timeout, allow_errors=False, quick=False):

@@ -98,6 +98,15 @@ def test_a_stub_scores_zero_in_its_test_cell(monkeypatch, fixture_path):
         [(0.0, 3.0), (0.0, 2.0)]
 
 
+def test_a_test_cell_the_grader_has_no_result_for_is_an_error_not_nbgraders_full_points(monkeypatch, fixture_path):
+    """nbgrader reads a test cell without output as passed: a release whose cell course.yaml does not know must stop
+    the autograde of that submission, naming the cell, not hand out its points."""
+    without_scaler = {**RESULT, "tests": [t for t in RESULT["tests"] if t["item"] != "Scaler"]}
+    monkeypatch.setattr(autograder.grade, "grade_notebook", lambda path, aid, device="auto", **kw: without_scaler)
+    with pytest.raises(RuntimeError, match="no result for test cell 'test_Scaler'"):
+        TrustedGrade().preprocess(nbformat.read(fixture_path("release.ipynb"), as_version=4), resources())
+
+
 def test_the_repairs_come_first_in_the_output_and_the_notes(grader, fixture_path):
     nb = nbformat.read(fixture_path("release.ipynb"), as_version=4)
     nb.metadata["course_repairs"] = ["one repair", "another"]
