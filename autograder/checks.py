@@ -3,7 +3,11 @@
 With autograder.pytest_plugin, this is everything a suite imports: the checkers, the shared inputs and
 tolerances, the oracles two assignments share, and the named mistakes of the public checks.
 """
+from __future__ import annotations
+
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +21,7 @@ class Fail(Exception):
     """A check failed; the message is what the student reads."""
 
 
-def describe(v):
+def describe(v: Any) -> str:
     if isinstance(v, torch.Tensor):
         return f"a tensor of shape {tuple(v.shape)}"
     if isinstance(v, (Opaque, Remote)):
@@ -25,19 +29,19 @@ def describe(v):
     return f"{type(v).__name__} {str(v)[:60]}"
 
 
-def check_true(cond, message):
+def check_true(cond: object, message: str) -> None:
     if not cond:
         raise Fail(message)
 
 
-def check_tuple(name, length, got):
+def check_tuple(name: str, length: int, got: Any) -> tuple | list:
     """`got` is a tuple (or list) of `length` things."""
     if not isinstance(got, (tuple, list)) or len(got) != length:
         raise Fail(f"'{name}' returned {describe(got)}, expected a tuple of {length}")
     return got
 
 
-def check_tensor(name, ref, got, dtype=True, device=None):
+def check_tensor(name: str, ref: torch.Tensor, got: Any, dtype: bool = True, device: str | None = None) -> None:
     """`got` is a tensor with ref's shape (and dtype, and device when given)."""
     if not isinstance(got, torch.Tensor):
         raise Fail(f"'{name}' is {describe(got)}, expected a tensor of shape {tuple(ref.shape)}")
@@ -48,13 +52,13 @@ def check_tensor(name, ref, got, dtype=True, device=None):
         check_device(name, device, got)
 
 
-def check_shape(name, ref, got):
+def check_shape(name: str, ref: torch.Tensor | Sequence[int], got: Any) -> None:
     ref_shape = tuple(ref.shape) if isinstance(ref, torch.Tensor) else tuple(ref)
     if tuple(got.shape) != ref_shape:
         raise Fail(f"'{name}' has shape {tuple(got.shape)}, expected {ref_shape}")
 
 
-def check_device(name, ref, got):
+def check_device(name: str, ref: str | torch.device, got: Any) -> None:
     """The student's tensor stayed on the input's device (cpu, cuda)."""
     got_dev = getattr(got, "student_device", "cpu")
     if got_dev.split(":")[0] != str(ref).split(":")[0]:
@@ -68,7 +72,9 @@ def _where(index, dims):
     return "at " + ", ".join(labels) if labels else ""
 
 
-def check_close(name, ref, got, atol=1e-5, rtol=1e-5, oracle=None, dims=None, case=None, mistakes=None):
+def check_close(name: str, ref: torch.Tensor, got: Any, atol: float = 1e-5, rtol: float = 1e-5, oracle: str | None = None,
+                dims: Sequence[str] | None = None, case: str | None = None,
+                mistakes: Mapping[str, torch.Tensor] | None = None) -> None:
     """Values agree: max |got - ref| within atol + rtol |ref|; the message names the worst entry.
 
     `mistakes` maps a hint (public_checks.SCALE_MISSING, ...) to what the oracle gives when run the mistaken way;
@@ -92,7 +98,7 @@ def check_close(name, ref, got, atol=1e-5, rtol=1e-5, oracle=None, dims=None, ca
                    f"(tolerance {atol:g})" + (f", {case}" if case else "") + (f": {hint}" if hint else ""))
 
 
-def check_number(name, ref, got, tol=1e-6):
+def check_number(name: str, ref: float, got: Any, tol: float = 1e-6) -> None:
     if not isinstance(got, (int, float)) or isinstance(got, bool):
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
@@ -102,7 +108,7 @@ def check_number(name, ref, got, tol=1e-6):
         raise Fail(f"'{name}' is {got:.10g}, expected {ref:.10g}")  # :g would show 1000005 as 1e+06
 
 
-def check_signature(name, expected, info, methods=None):
+def check_signature(name: str, expected: str, info: Any, methods: Mapping[str, str] | None = None) -> None:
     """The spec's parameters are there, in order, with their defaults; extra optional ones are allowed."""
     if not isinstance(info, dict) or info.get("kind") not in ("function", "class"):
         raise Fail(f"'{name}' is not a function or class (it is {info.get('kind') if isinstance(info, dict) else info})")
@@ -132,7 +138,7 @@ def _compare_params(name, expected, got):
                    f"only optional ones may be added to {expected}")
 
 
-def parse_signature(text):
+def parse_signature(text: str) -> list[tuple[str, str | None]]:
     """'(Q, K, V, mask=None)' -> [('Q', None), ..., ('mask', 'None')]."""
     inner = text.strip()[1:-1].strip()
     if not inner:
@@ -153,7 +159,7 @@ TOLERANCES = {  # kind -> (float64, float32 on the CPU, float32 where CUDA may u
 }
 
 
-def tol(student, dtype, kind="values"):
+def tol(student: Any, dtype: torch.dtype, kind: str = "values") -> float:
     """The absolute tolerance of a `kind` check on `dtype` where the student's code runs (TOLERANCES)."""
     f64, cpu, cuda = TOLERANCES[kind]
     if dtype == torch.float64:
@@ -161,24 +167,24 @@ def tol(student, dtype, kind="values"):
     return cpu if student.device == "cpu" else cuda
 
 
-def dtype_name(dtype):
+def dtype_name(dtype: torch.dtype) -> str:
     """torch.float32 -> 'float32', as a student writes it."""
     return str(dtype).replace("torch.", "")
 
 
-def randn(g, *shape, dtype=torch.float32):
+def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Standard normal inputs from the check's own generator `g`."""
     return torch.randn(*shape, generator=g, dtype=dtype)
 
 
-def int_seed(g):
+def int_seed(g: torch.Generator) -> int:
     """A seed for what the student's code builds (weights, data), drawn from the check's generator."""
     return int(torch.randint(0, 2**31 - 1, (1,), generator=g))
 
 
 # --- state and oracles shared by the suites -----------------------------------------------------
 
-def copy_state(name, tensors, module, expected=""):
+def copy_state(name: str, tensors: Sequence[torch.Tensor], module: Any, expected: str = "") -> Any:
     """`module` carrying `tensors` (by registration order and shape); Fail naming `name` when they do not fit."""
     try:
         return assign_state(module, list(tensors))
@@ -193,7 +199,8 @@ def copy_state(name, tensors, module, expected=""):
         raise Fail(f"{name} has {shown}" + (f" ({expected})" if expected else "")) from None
 
 
-def attention_oracle(Q, K, V, mask=None, blocked=False):
+def attention_oracle(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None = None,
+                     blocked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """F.scaled_dot_product_attention's output and the weights it implies.
 
     `mask` follows the assignment's convention: True = may attend (lab14, w8l1), or True = blocked with
@@ -207,7 +214,7 @@ def attention_oracle(Q, K, V, mask=None, blocked=False):
     return out, scores.softmax(-1)
 
 
-def sinusoid_table(max_len, d):
+def sinusoid_table(max_len: int, d: int) -> torch.Tensor:
     """The positional-encoding table in float64, from the formula: PE[pos, j] = sin or cos(pos / 10000^((j - j % 2) / d))."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     j = torch.arange(d, dtype=torch.float64)[None, :]  # (1, d)

@@ -166,7 +166,7 @@ def cmd_demo(args):
     return demo(device=args.device, workers=args.workers)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course", description=__doc__)
     parser.add_argument("--course", metavar="DIR", help="the course folder (course.yaml, release/, assignments/): "
                         "default $COURSE_ROOT, else the nearest folder at or above the working folder with course.yaml")

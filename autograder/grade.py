@@ -5,10 +5,15 @@
 milliseconds here and a fresh interpreter seconds (importing torch); pytest is not thread-safe, so batches
 run their sessions in worker processes (autograder/batch.py).
 """
+from __future__ import annotations
+
+from pathlib import Path
+
 import pytest
 
 from autograder.experiments import GraderError
 from autograder.pytest_plugin import GRADER_FAILED, Grading, Settings, suite_path
+from autograder.scoring import Results
 
 # The plugin by name (a course copy on PYTHONPATH has no entry point); the session's own terminal, cache and
 # timeouts stay off: the caller reports, results are not reused between runs, and pytest-timeout's SIGALRM would
@@ -30,7 +35,8 @@ class NativeTracebacks:
         config.option.tbstyle = "native"
 
 
-def grade_notebook(path, aid, items=None, device="auto", log=None, experiments=True, limits=None, threads=None):
+def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, device: str = "auto", log=None,
+                   experiments: bool = True, limits: dict | None = None, threads: int | None = None) -> Results:
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
     Raises GraderError when the grader's own side fails (the sandbox cannot start, a suite or a harness breaks,

@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Optional
 
 import pytest
@@ -54,7 +55,7 @@ def suite_checks(aid):
     return module, checks
 
 
-def reference(aid):
+def reference(aid: str) -> SimpleNamespace:
     """The reference solution (solutions/<id>.py) as one namespace: what a suite compares against."""
     return reference_parts(aid)
 
@@ -106,25 +107,25 @@ def grading_of(config):
 
 
 @pytest.fixture
-def student(request):
+def student(request: pytest.FixtureRequest) -> Student:
     """The submission's code seen from the grader (autograder.student.Student), bound to this test's item."""
     return grading_of(request.config).student_for(request.node)
 
 
 @pytest.fixture
-def rng(student):
+def rng(student: Student) -> torch.Generator:
     """This check's own generator, seeded per course seed, item and kind: draw every input from it."""
     return torch.Generator().manual_seed(student.seed)
 
 
 @pytest.fixture
-def device(request):
+def device(request: pytest.FixtureRequest) -> str:
     """Where the student's code runs: 'cpu' or 'cuda'."""
     return grading_of(request.config).device
 
 
 @pytest.fixture
-def ref(request):
+def ref(request: pytest.FixtureRequest) -> SimpleNamespace:
     """The reference solution's parts."""
     return reference(grading_of(request.config).aid)
 

@@ -8,10 +8,13 @@ The rules, in the order they apply to an item:
    experiment's training calling it fails that experiment;
 3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
 """
+from __future__ import annotations
+
 import hashlib
 import importlib.metadata
 import platform
 from pathlib import Path
+from typing import Any, Literal, NotRequired, TypedDict
 
 import torch
 
@@ -21,7 +24,30 @@ NOT_IMPLEMENTED = "NotImplementedError"
 DISTRIBUTION = "attention-course"  # pyproject.toml's [project] name: the package's version comes from its metadata
 
 
-def seed_for(*parts):
+class CheckResult(TypedDict):
+    """One check (item, kind) in results.json's `tests`: Gradescope's test fields, plus the item it scores."""
+    item: str
+    name: str  # "<item>: <kind>"
+    score: float
+    max_score: float
+    status: Literal["passed", "failed"]
+    output: str  # the checker's message: what was expected, what came back, on which case
+    visibility: str
+    seconds: float
+    extra_data: NotRequired[dict[str, Any]]  # a failed check's case; an experiment's metrics and seed
+
+
+class Results(TypedDict):
+    """results.json: Gradescope's format (score, output, visibility, tests), read by nbgrader's and Otter's paths."""
+    score: float
+    max_score: float
+    output: str
+    visibility: str
+    tests: list[CheckResult]
+    extra_data: dict[str, Any]  # assignment, notebook, device, seed, isolation, restarts, seconds, versions, notes
+
+
+def seed_for(*parts: object) -> int:
     """A check's input seed: fresh per course seed, item and check, the same every run."""
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:4], "big")
 
@@ -46,7 +72,7 @@ class Outcome:
             if case:
                 self.extra["case"] = case
 
-    def as_test(self):
+    def as_test(self) -> CheckResult:
         test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
                 "max_score": self.max_score, "status": "passed" if self.score >= self.max_score else "failed",
                 "output": self.output, "visibility": "visible", "seconds": round(self.seconds, 3)}
@@ -91,7 +117,8 @@ def grader_version():
         return "unknown"
 
 
-def results_json(outcomes, *, aid, notebook, device, seed, output, isolation, restarts, seconds, notes):
+def results_json(outcomes: list[Outcome], *, aid: str, notebook: str | Path, device: str, seed: int, output: str,
+                 isolation: str | None, restarts: int, seconds: float, notes: list[str]) -> Results:
     """results.json (Gradescope's format, which nbgrader's and Otter's paths read too) as a dict."""
     tests = [o.as_test() for o in outcomes]
     return {

@@ -5,7 +5,10 @@ the item's deadline, over the one sandbox of the grading session. Every request 
 (autograder.scoring.tripwire_table), which the sandbox takes once and watches from then on; a call of the item
 carries the oracles it may not use (`watch`), and its answer the ones it called (`oracle_calls`).
 """
+from __future__ import annotations
+
 import time
+from typing import Any, Sequence
 
 from autograder.checks import Fail
 from autograder.sandbox_protocol import DICT, LIST, Remote, SandboxFailure, to_student
@@ -14,7 +17,8 @@ from autograder.sandbox_protocol import DICT, LIST, Remote, SandboxFailure, to_s
 class Student:
     """The student's namespace, seen from the grader: every call crosses into the sandbox."""
 
-    def __init__(self, sandbox, item, device, deadline, watch=(), limit_s=None, tripwire=None):
+    def __init__(self, sandbox: Any, item: str, device: str, deadline: float, watch: Sequence[str] = (),
+                 limit_s: float | None = None, tripwire: dict | None = None) -> None:
         self.sandbox, self.item, self.device = sandbox, item, device
         self.deadline, self.watch, self.label = deadline, list(watch), ""
         self.tripwire = tripwire  # {"oracles", "scratch", "experiments"}: what the sandbox watches, and for whom
@@ -22,7 +26,7 @@ class Student:
         self.oracle_calls = set()
         self.seed = 0
 
-    def case(self, label):
+    def case(self, label: str) -> None:
         """Name the case being checked; failure messages end with it."""
         self.label = label
 
@@ -64,37 +68,38 @@ class Student:
     def _target(self, target):
         return {"handle": target.handle} if isinstance(target, Remote) else {"name": target}
 
-    def call(self, name, *args, **kwargs):
+    def call(self, name: str | Remote, *args: Any, **kwargs: Any) -> Any:
         """name(*args, **kwargs) in the student's process; tensors are sent to self.device."""
         return self._ask("call", {**self._target(name), "watch": self.watch}, args, kwargs)
 
-    def method(self, obj, method, *args, **kwargs):
+    def method(self, obj: Remote, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._ask("call", {"handle": obj.handle, "method": method, "watch": self.watch}, args, kwargs)
 
-    def grad(self, name, args, wrt, upstream, method=None, **kwargs):
+    def grad(self, name: str | Remote, args: Sequence[Any], wrt: Sequence[int], upstream: Sequence[Any],
+             method: str | None = None, **kwargs: Any) -> tuple[Any, list]:
         """(outputs, grads of sum <out_i, upstream_i> w.r.t. args[j] for j in wrt)."""
         target = {"handle": name.handle, "method": method} if isinstance(name, Remote) else {"name": name}
         return self._ask("call", {**target, "watch": self.watch}, args, kwargs, grad=(wrt, upstream))
 
-    def new(self, name, *args, **kwargs):
+    def new(self, name: str, *args: Any, **kwargs: Any) -> Remote:
         """An instance of the student's class, built with the grader's seed on self.device."""
         obj = self._ask("new", {"name": name, "device": self.device, "watch": self.watch}, args, kwargs)
         if not isinstance(obj, Remote):
             raise Fail(f"'{name}(...)' gave {obj!r}, expected a torch.nn.Module")
         return obj
 
-    def state(self, obj):
+    def state(self, obj: Remote) -> dict[str, Any]:
         """The module's state_dict() as a dict name -> tensor, in registration order."""
         answer = self._ask("state", {"handle": obj.handle}, raw=True)
         return dict(zip(answer.get("names", []), self.sandbox.value(answer)))
 
-    def load_state(self, obj, tensors):
+    def load_state(self, obj: Remote, tensors: Sequence[Any]) -> None:
         """Copy tensors into the module's state_dict() entries, by order and shape."""
         named = {f"p{k}": t for k, t in enumerate(tensors)}
         self._request("load_state", named, {"handle": obj.handle, "keys": list(named)})
 
-    def attr(self, target, attr):
+    def attr(self, target: str | Remote, attr: str) -> Any:
         return self._ask("attr", {**self._target(target), "attr": attr})
 
-    def signature(self, name, methods=()):
+    def signature(self, name: str, methods: Sequence[str] = ()) -> Any:
         return self._ask("signature", {"name": name, "methods": list(methods)})
