@@ -19,9 +19,10 @@ from autograder.scoring import Results
 # timeouts stay off: the caller reports, results are not reused between runs, and pytest-timeout's SIGALRM would
 # fight an outer pytest's (the project's tests grade from inside one). Unraisable-exception reporting stays off
 # too: it runs gc.collect() several times at the end of every session (0.4 s of a 4 s grading), for warnings
-# no one reads here.
+# no one reads here. Hypothesis's plugin stays off as well: it imports Hypothesis (a second of CPU per grader
+# process), which the smallest-case search imports itself when it runs.
 IN_PROCESS = ["-p", "autograder.pytest_plugin", "-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:timeout",
-              "-p", "no:randomly", "-p", "no:unraisableexception",
+              "-p", "no:randomly", "-p", "no:unraisableexception", "-p", "no:hypothesispytest",
               "-s", "-o", "addopts=", "-W", "ignore::pytest.PytestConfigWarning"]
 
 

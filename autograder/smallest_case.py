@@ -21,12 +21,23 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import strategies as st
 
 from autograder.checks import Fail
 from autograder.sandbox import StudentRaised
 
+
+class _Strategies:
+    """hypothesis.strategies, imported at the first search: the import costs a second of CPU in every grader
+    process, and most gradings never search."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # what introspection asks (pytest's collection looks for `_mock_name`)
+            raise AttributeError(name)
+        from hypothesis import strategies
+        return getattr(strategies, name)
+
+
+st = _Strategies()
 BUDGET_S = 5.0  # search seconds per item (all its failing checks together) where no course says (limits.search_seconds)
 MAX_EXAMPLES = 20    # generated cases per cap before shrinking; small inputs show most mistakes within a few
 LOWER_EXAMPLES = 10  # generated cases when trying one dimension lower
@@ -236,6 +247,7 @@ def search_cases(student, search, t_end):
             return None
 
     def run(cap, caps=(), examples=MAX_EXAMPLES):
+        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         global _cap, _caps
         _cap, _caps = cap, list(caps)
         try:
