@@ -166,11 +166,12 @@ def test_nbgrader_settings_of_a_second_clone_are_its_own(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("aid", list(load_course().assignments))
 def test_course_release_in_a_second_clone_writes_its_release_and_registers_in_its_gradebook(tmp_path, monkeypatch,
-                                                                                              capsys):
-    """`course --course CLONE release ID` (w8l1: the TA workflow runs lab14's): the clone's assignments/ and
-    nbgrader settings make the clone's release/ and gradebook; the checkout's release is left alone."""
-    aid = "w8l1_attention_vision"
+                                                                                              capsys, aid):
+    """`course --course CLONE release ID`: the clone's assignments/ and nbgrader settings make the clone's release/
+    and gradebook; the checkout's release is left alone, and it is what the release verb makes now (nothing else
+    in its folder): the committed release is up to date."""
     clone = tmp_path / "clone"
     shutil.copytree(ROOT / "assignments" / aid, clone / "assignments" / aid)
     for name in ("course.yaml", "nbgrader_config.py"):
@@ -179,7 +180,9 @@ def test_course_release_in_a_second_clone_writes_its_release_and_registers_in_it
     before = released.stat().st_mtime_ns
     monkeypatch.setenv("COURSE_ROOT", str(ROOT))  # main() sets it: this way undone after the test
     assert cli.main(["--course", str(clone), "release", aid]) == 0, capsys.readouterr().err[-3000:]
-    assert normalised(clone / "release" / aid / f"{aid}.ipynb") == normalised(released)
+    assert normalised(clone / "release" / aid / f"{aid}.ipynb") == normalised(released), \
+        f"release/{aid} is out of date: run `course release {aid}`"
+    assert sorted(p.name for p in released.parent.iterdir()) == [f"{aid}.ipynb"]
     assert released.stat().st_mtime_ns == before, "the checkout's release was rewritten"
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{clone / '.nbgrader' / 'gradebook.db'}") as gb:

@@ -72,9 +72,9 @@ def page_text(html):
 def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
     commands = readme_ta_commands()
     assert [c.split()[:2] for c in commands] == [["course", "release"], ["nbgrader", "autograde"],
-                                                 ["nbgrader", "generate_feedback"], ["course", "grade"],
-                                                 ["course", "report"]], commands
-    assert all(AID in c or c.startswith("course report") for c in commands), commands
+                                                 ["nbgrader", "generate_feedback"], ["nbgrader", "export"],
+                                                 ["course", "grade"], ["course", "report"]], commands
+    assert all(AID in c or c.startswith(("course report", "nbgrader export")) for c in commands), commands
     layout = re.search(r"`(\S*submitted/<student>/<id>/<id>\.ipynb)`", readme_ta_section()).group(1)
 
     clone = fresh_clone(tmp_path / "clone")
@@ -104,6 +104,9 @@ def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
     assert scores["alice"] == pytest.approx(total) and scores["bob"] == 0 and 0 < scores["carol"] < total
     table = {r["submission"]: float(r["score"]) for r in csv.DictReader(open(clone / "grades.csv"))}
     assert table == pytest.approx(scores), "nbgrader's gradebook and `course grade` disagree"
+    exported = re.search(r"--to (\S+)", commands[3]).group(1)
+    rows = list(csv.DictReader(open(clone / exported)))
+    assert {r["student_id"]: float(r["score"]) for r in rows if r["assignment"] == AID} == pytest.approx(scores)
 
     feedback = (clone / ".nbgrader" / "feedback" / "carol" / AID / f"{AID}.html").read_text()
     head = page_text(feedback[:feedback.index('id="notebook"')])
@@ -112,7 +115,7 @@ def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
         assert item in head, f"the summary does not name {item}"
         assert f"Checks of <code>{item}</code>" in feedback
     assert head.count("is not implemented yet") == 4  # one reason per stubbed item, not one per check
-    results = re.search(r"--results-dir (\S+)", commands[3]).group(1)  # the README's: one folder per assignment
+    results = re.search(r"--results-dir (\S+)", commands[4]).group(1)  # the README's: one folder per assignment
     carol = json.loads((clone / results / "carol.json").read_text())
     lost = [t for t in carol["tests"] if t["item"] == "scaled_dot_product_attention" and t["score"] < t["max_score"]]
     assert lost, "carol's scaled Q must lose points"
