@@ -3,9 +3,14 @@
 Every case is a real notebook made from the lab14 release with every item solved, then one thing done to it.
 `lost` says exactly which points the case must lose (item -> points); everything else must keep full marks.
 Limits are shortened for the corpus (item 6 s, setup 8 s) so that hangs cost seconds, not minutes.
+
+CI's own run grades at whatever level the machine gives root (`namespaces`); tests/test_levels_corpus.py runs the
+cases whose outcome could depend on isolation again at each other level, with COURSE_TEST_ISOLATION naming the
+level every grading must report. Where a case's outcome honestly differs at a level, the case says so (`at`).
 """
 import copy
 import json
+import os
 import re
 from pathlib import Path
 
@@ -24,6 +29,14 @@ AID = "lab14_transformers"
 POINTS = {i: sum(p.points.values()) for i, p in load_course().assignment(AID).items.items()}
 LIMITS = {"item_seconds": 6, "setup_seconds": 8}
 SDPA, MMD, PE = "scaled_dot_product_attention", "make_memory_dataset", "PositionalEncoding"
+# The level every grading of this run must report (tests/test_levels_corpus.py sets it); unset: not checked
+LEVEL = os.environ.get("COURSE_TEST_ISOLATION")
+ISOLATES = can_isolate() or LEVEL not in (None, "process")
+AT_EVERY_LEVEL = []  # the cases tests/test_levels_corpus.py runs at each level (see case)
+# How long spawns_a_background_process's process sleeps: this process's own, since the same case may run at
+# another level beside it (tests/test_levels_corpus.py)
+SLEEP = 100000 + os.getpid()
+LANDLOCK_LEVELS = ("uid", "landlock")  # Landlock, not a root of its own, is the wall: no PID or network namespace
 
 
 def cell_of(nb, gid):
@@ -153,11 +166,24 @@ SUITE = ROOT / "autograder" / "suites" / f"{AID}.py"
 
 
 def case(name, edit, lost=None, message=None, note=None, file_name=None, experiments=False, isolated=False,
-         limits=None):
-    marks = [pytest.mark.skipif(not can_isolate(), reason="needs the sandbox's isolation (root on Linux)")] \
+         limits=None, every_level=False, at=None):
+    """A corpus case. `isolated`: passes only where the level isolates (skipped at `process`); `every_level`: its
+    outcome could depend on the level (isolated ones always could), so it also runs at the other levels; `at`:
+    level -> (lost, message) where the outcome honestly differs there (the reason beside it)."""
+    marks = [pytest.mark.skipif(not ISOLATES, reason="needs the sandbox's isolation (root on Linux)")] \
         if isolated else []
+    if isolated or every_level:
+        AT_EVERY_LEVEL.append(name)
+    lost, message = (at or {}).get(LEVEL, (lost, message))
     return pytest.param(edit, lost or {}, message, note, file_name, experiments, {**LIMITS, **(limits or {})},
                         id=name, marks=marks)
+
+
+def graded_items(lost):
+    """Every item, where CI grades the corpus; at the other levels only the items a case attacks (each of
+    AT_EVERY_LEVEL attacks make_memory_dataset or the items it must lose): the others are graded by the grader's
+    own code, the same at every level, and grading all items costs five times grading one."""
+    return None if LEVEL is None else sorted({MMD, *lost})
 
 
 CORPUS = [
@@ -200,7 +226,8 @@ CORPUS = [
     case("allocates_500_mb_and_is_right", prepend_body(MMD, "_waste = torch.ones(125_000_000)"), {},
          limits={"item_seconds": 60}),
     case("allocates_more_than_the_memory_limit", prepend_body(MMD, "_hog = [torch.ones(2**28) for _ in range(3)]"),
-         {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)", limits={"memory_mb": 1024, "item_seconds": 30}),
+         {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)", limits={"memory_mb": 1024, "item_seconds": 30},
+         every_level=True),  # measured by the sandbox's uid where it has one, else by its monitor's descendants
     case("prints_100_mb", prepend_body(MMD, "for _ in range(100):\n    print('x' * 1_000_000)"), {}),
     case("prints_forever_from_a_thread", append(MMD, "import sys, threading\ndef _spam():\n    while True:\n"
                                                      "        sys.stdout.write('x' * 60_000 + '\\n')\n"
@@ -217,9 +244,9 @@ CORPUS = [
         "import time\ntime.sleep(3600)")), {}, note=r"was changed in the submission; the released version was used"),
     case("sys_exit_in_a_graded_cell", append(MMD, "import sys\nsys.exit(0)"), {MMD: 4}, r"SystemExit"),
     case("os_exit_in_a_graded_item", prepend_body(MMD, "import os\nos._exit(1)"),
-         {MMD: 3}, r"process ended \(exit code 1\)"),
+         {MMD: 3}, r"process ended \(exit code 1\)", every_level=True),  # a PID namespace's init, or not
     case("segfault_in_a_graded_item", prepend_body(MMD, "import ctypes\nctypes.string_at(0)"),
-         {MMD: 3}, r"process ended \(killed by signal SIGSEGV\)"),
+         {MMD: 3}, r"process ended \(killed by signal SIGSEGV\)", every_level=True),
     case("unbounded_recursion", prepend_body(MMD, "def f(n):\n    return f(n + 1)\nf(0)"),
          {MMD: 3}, r"RecursionError"),
     # --- hostile ----------------------------------------------------------------------------------
@@ -231,7 +258,7 @@ CORPUS = [
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import torch.testing, numpy.testing\ntorch.testing.assert_close = lambda *a, **k: None\n"
                      "numpy.testing.assert_allclose = lambda *a, **k: None")(nb, f)),
-         WRONG_LOST, r"max \|out"),
+         WRONG_LOST, r"max \|out", every_level=True),  # numpy.testing: imported from the environment the level shows
     case("patched_pytest_and_unittest", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
@@ -278,20 +305,24 @@ CORPUS = [
         MMD, "for p in [" + repr(str(ROOT / ".nbgrader" / "gradebook.db")) + ", " + repr(str(ROOT / "release" / "x.txt"))
              + ", " + repr(str(ROOT / ".grader" / "cache" / "x.json")) + "]:\n    try:\n        open(p, 'w').write('100')\n"
              "    except OSError:\n        pass"), {}, isolated=True),
-    case("spawns_a_background_process", append(MMD, "import subprocess\n_p = subprocess.Popen(['sleep', '600'], "
+    case("spawns_a_background_process", append(MMD, f"import subprocess\n_p = subprocess.Popen(['sleep', '{SLEEP}'], "
                                                      "start_new_session=True)"), {}, isolated=True),
+    # Landlock's levels have no network namespace: Landlock refuses the connect instead
     case("opens_a_network_socket", prepend_body(
         MMD, "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)"), {MMD: 3},
-         r"(OSError|Network is unreachable|timed out|gaierror)", isolated=True),
-    # the sandbox is the init of its own PID namespace: its parent is not even there to signal (getppid() is 0)
+         r"(OSError|Network is unreachable|timed out|gaierror)", isolated=True,
+         at=dict.fromkeys(LANDLOCK_LEVELS, ({MMD: 3}, r"PermissionError: \[Errno 13\] Permission denied"))),
+    # the sandbox is the init of its own PID namespace: its parent is not even there to signal (getppid() is 0).
+    # Without one (Landlock's levels) its own pid is among those it may signal: it kills itself, and only itself
     case("tries_to_kill_the_grader", prepend_body(MMD, "import os, signal\nfor pid in [os.getppid()] + "
                                                        "[int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
                                                        "    try:\n        os.kill(pid, signal.SIGKILL)\n"
                                                        "    except OSError:\n        pass"),
-         {}, isolated=True),
+         {}, isolated=True,
+         at=dict.fromkeys(LANDLOCK_LEVELS, ({MMD: 3}, r"process ended \(killed by signal SIGKILL\)"))),
     case("writes_junk_to_the_grader_channel", prepend_body(
         MMD, "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
-             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised"),
+             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised", every_level=True),
     # each cheat is paired with a wrong answer, so that a score it managed to inflate would show
     case("forged_score_in_a_test_cell", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
@@ -314,19 +345,20 @@ CORPUS = [
          {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
     case("writes_half_a_message_and_sleeps", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"id\": 1')\n"
-             "    except OSError:\n        pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+             "    except OSError:\n        pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)",
+         every_level=True),  # the one time limit at every level: the sandbox ended and restarted, as the level does it
     case("announces_tensors_it_never_sends", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    for i in range(1, 100):\n        try:\n"
              "            os.write(fd, b'{\"id\": %d, \"ok\": true, \"value\": null, \"blob\": 1000000}\\n' % i)\n"
              "        except OSError:\n            pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
     case("sends_a_deeply_nested_line_on_the_channel", prepend_body(
         MMD, "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'[' * 200000 + b'\\n')\n"
-             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol"),
+             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol", every_level=True),
     case("leaves_fifos_and_links_where_files_could_be_read", prepend_body(
         MMD, "import os\nfor k in range(200):\n    for name in (f'out_{k}.safetensors', f'in_{k}.safetensors'):\n"
              "        try:\n            os.mkfifo(name)\n        except OSError:\n            pass\n"
              "for name in ('results.json', 'grades.csv'):\n    try:\n        os.symlink('/etc/passwd', name)\n"
-             "    except OSError:\n        pass"), {}),
+             "    except OSError:\n        pass"), {}, every_level=True),  # in a folder of the machine's, below root
     # a user namespace of its own would let it mount a tmpfs of any size, outside the disk and memory limits
     case("makes_a_user_namespace_to_mount_a_tmpfs", prepend_body(
         MMD, "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -337,7 +369,8 @@ CORPUS = [
         MMD, "chunk = b'x' * 2**20\nwith open('/dev/shm/a', 'wb') as f:\n    for _ in range(40):\n        f.write(chunk)\n"
              "with open('big.bin', 'wb') as f:\n    while True:\n        f.write(chunk)\n        f.flush()"),
          {MMD: 3}, r"'make_memory_dataset' raised wrote more than 64 MB \(disk limit\)", limits={"disk_mb": 64},
-         isolated=True),
+         isolated=True,  # Landlock's levels have no tmpfs of their own: /dev/shm is closed to them instead
+         at=dict.fromkeys(LANDLOCK_LEVELS, ({MMD: 3}, r"PermissionError: \[Errno 13\] Permission denied: '/dev/shm/a"))),
     case("forks_in_a_loop", prepend_body(MMD, "import os\nwhile True:\n    os.fork()"),
          {MMD: 3}, r"started more than 64 processes and threads \(process limit\)", limits={"processes": 64},
          isolated=True),
@@ -363,9 +396,11 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
     edit(nb, folder)
     path = folder / (file_name or f"{AID}.ipynb")
     nbformat.write(nb, path)
-    result = grade_notebook(path, AID, device="cpu", experiments=experiments, limits=limits)
+    items = graded_items(lost)
+    result = grade_notebook(path, AID, items=items, device="cpu", experiments=experiments, limits=limits)
+    assert LEVEL in (None, result["extra_data"]["isolation"]), f"graded at {result['extra_data']['isolation']}"
     got = {item: (score, max_score) for item, (score, max_score, _) in item_summary(result).items()}
-    expected = {item: POINTS[item] - lost.get(item, 0) for item in POINTS}
+    expected = {item: POINTS[item] - lost.get(item, 0) for item in items or POINTS}
     assert {i: s for i, (s, _) in got.items()} == expected, json.dumps(
         [(t["name"], t["score"], t["output"][:200]) for t in result["tests"] if t["score"] < t["max_score"]], indent=1)
     text = "\n".join(f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"])
@@ -380,8 +415,8 @@ def test_corpus_case(tmp_path, edit, lost, message, note, file_name, experiments
                          .replace("\\n", "")), "control characters must reach people as text"
     assert not pwned(folder).exists(), "a pickle the submission shipped was unpickled outside the sandbox"
     assert not (ROOT / "release" / "x.txt").exists() and not (ROOT / ".grader" / "cache" / "x.json").exists()
-    if "['sleep', '600']" in json.dumps(nb):  # only this case starts one (others may run beside it)
-        assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 600"], \
+    if f"['sleep', '{SLEEP}']" in json.dumps(nb):  # only this case starts one (others may run beside it)
+        assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == f"sleep {SLEEP}"], \
             "a process the submission started outlived its grading"
 
 

@@ -206,9 +206,9 @@ def run_grader(targets, uid, tmp, wrap=(), no_userns=False):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def run_as(uid, command, tmp, targets, wrap=()):
-    """`command` as `uid`, from the course's folder, with the user's home as HOME."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(targets["homes"][uid]), "PYTHONPATH": str(ROOT)}
+def run_as(uid, command, tmp, targets, wrap=(), env=None):
+    """`command` as `uid`, from the course's folder, with the user's home as HOME (and `env` besides)."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(targets["homes"][uid]), "PYTHONPATH": str(ROOT), **(env or {})}
     if uid != 0:  # /root as an empty 0755 tmpfs with only .pyenv bound back, then drop to the user
         pyenv = Path(os.path.realpath(sys.executable)).parents[3]  # /root/.pyenv/versions/3.11.7/bin/python
         stage = Path(tempfile.mkdtemp(dir=tmp))
