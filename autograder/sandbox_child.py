@@ -279,6 +279,8 @@ def enter_sandbox(cfg, in_pid_namespace):
     os.environ["HOME"] = home
     if not walled:  # the machine's /tmp is out of reach: temporary files go to the scratch folder
         os.environ["TMPDIR"] = home
+        import tempfile
+        tempfile.tempdir = None  # gettempdir() cached the zygote's /tmp: torch's inductor asks it for its cache
     return level
 
 
