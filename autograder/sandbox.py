@@ -153,7 +153,7 @@ class Sandbox:
             if self.current_cell is None:
                 raise
             self.skip.add(self.current_cell)
-            self.load_errors[self.current_cell] = f"{e} when the notebook's cells were run"
+            self.load_errors[self.current_cell] = f"could not be loaded: {e}"
             self.kill()
             self.start()
             return
