@@ -5,8 +5,9 @@ Every case is a real notebook made from the lab14 release with every item solved
 Limits are shortened for the corpus (item 6 s, setup 8 s) so that hangs cost seconds, not minutes.
 
 CI's own run grades at whatever level the machine gives root (`namespaces`); tests/test_levels_corpus.py runs the
-cases whose outcome could depend on isolation again at each other level, with COURSE_TEST_ISOLATION naming the
-level every grading must report. Where a case's outcome honestly differs at a level, the case says so (`at`).
+cases again at each other level (all but the three that spin a core to their time limit: `root_only`), with
+COURSE_TEST_ISOLATION naming the level every grading must report, grading only the items a case attacks. Where a
+case's outcome honestly differs at a level, the case says so (`at`).
 """
 import copy
 import json
@@ -37,6 +38,8 @@ AT_EVERY_LEVEL = []  # the cases tests/test_levels_corpus.py runs at each level 
 # another level beside it (tests/test_levels_corpus.py)
 SLEEP = 100000 + os.getpid()
 LANDLOCK_LEVELS = ("uid", "landlock")  # Landlock, not a root of its own, is the wall: no PID or network namespace
+# Why the time-limit cases that keep a core busy to their limit run at root alone (20 CPU-s a level)
+SPINS = "spins a core to the time limit; the limit's path runs at every level (writes_half_a_message_and_sleeps)"
 
 
 def cell_of(nb, gid):
@@ -166,13 +169,13 @@ SUITE = ROOT / "autograder" / "suites" / f"{AID}.py"
 
 
 def case(name, edit, lost=None, message=None, note=None, file_name=None, experiments=False, isolated=False,
-         limits=None, every_level=False, at=None):
-    """A corpus case. `isolated`: passes only where the level isolates (skipped at `process`); `every_level`: its
-    outcome could depend on the level (isolated ones always could), so it also runs at the other levels; `at`:
+         limits=None, root_only="", at=None):
+    """A corpus case. `isolated`: passes only where the level isolates (skipped at `process`); `root_only`: why it
+    runs at CI's own level alone (else tests/test_levels_corpus.py runs it at the other levels too); `at`:
     level -> (lost, message) where the outcome honestly differs there (the reason beside it)."""
     marks = [pytest.mark.skipif(not ISOLATES, reason="needs the sandbox's isolation (root on Linux)")] \
         if isolated else []
-    if isolated or every_level:
+    if not root_only:
         AT_EVERY_LEVEL.append(name)
     lost, message = (at or {}).get(LEVEL, (lost, message))
     return pytest.param(edit, lost or {}, message, note, file_name, experiments, {**LIMITS, **(limits or {})},
@@ -226,8 +229,8 @@ CORPUS = [
     case("allocates_500_mb_and_is_right", prepend_body(MMD, "_waste = torch.ones(125_000_000)"), {},
          limits={"item_seconds": 60}),
     case("allocates_more_than_the_memory_limit", prepend_body(MMD, "_hog = [torch.ones(2**28) for _ in range(3)]"),
-         {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)", limits={"memory_mb": 1024, "item_seconds": 30},
-         every_level=True),  # measured by the sandbox's uid where it has one, else by its monitor's descendants
+         {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)", limits={"memory_mb": 1024, "item_seconds": 30}),
+    # (memory: measured by the sandbox's uid where it has one, else by its monitor's descendants)
     case("prints_100_mb", prepend_body(MMD, "for _ in range(100):\n    print('x' * 1_000_000)"), {}),
     case("prints_forever_from_a_thread", append(MMD, "import sys, threading\ndef _spam():\n    while True:\n"
                                                      "        sys.stdout.write('x' * 60_000 + '\\n')\n"
@@ -236,17 +239,17 @@ CORPUS = [
          {MMD: 3}, r"EOFError"),
     case("input_in_a_demo_cell", new_cell("name = input('your name: ')\nprint(name)"), {}),
     case("infinite_loop_in_a_graded_item", prepend_body(MMD, "while True:\n    pass"),
-         {MMD: 3}, r"time limit"),
+         {MMD: 3}, r"time limit", root_only=SPINS),
     case("infinite_loop_at_definition", append(MMD, "while True:\n    pass"),
-         {MMD: 4}, r"time limit"),
+         {MMD: 4}, r"time limit", root_only=SPINS),
     case("long_sleep_in_a_setup_cell", whole(lambda nb, f: setattr(
         next(c for c in nb.cells if nbgrader_meta(c).get("grade_id", "").startswith("setup_")), "source",
         "import time\ntime.sleep(3600)")), {}, note=r"was changed in the submission; the released version was used"),
     case("sys_exit_in_a_graded_cell", append(MMD, "import sys\nsys.exit(0)"), {MMD: 4}, r"SystemExit"),
     case("os_exit_in_a_graded_item", prepend_body(MMD, "import os\nos._exit(1)"),
-         {MMD: 3}, r"process ended \(exit code 1\)", every_level=True),  # a PID namespace's init, or not
+         {MMD: 3}, r"process ended \(exit code 1\)"),  # a PID namespace's init, or not
     case("segfault_in_a_graded_item", prepend_body(MMD, "import ctypes\nctypes.string_at(0)"),
-         {MMD: 3}, r"process ended \(killed by signal SIGSEGV\)", every_level=True),
+         {MMD: 3}, r"process ended \(killed by signal SIGSEGV\)"),
     case("unbounded_recursion", prepend_body(MMD, "def f(n):\n    return f(n + 1)\nf(0)"),
          {MMD: 3}, r"RecursionError"),
     # --- hostile ----------------------------------------------------------------------------------
@@ -258,7 +261,7 @@ CORPUS = [
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import torch.testing, numpy.testing\ntorch.testing.assert_close = lambda *a, **k: None\n"
                      "numpy.testing.assert_allclose = lambda *a, **k: None")(nb, f)),
-         WRONG_LOST, r"max \|out", every_level=True),  # numpy.testing: imported from the environment the level shows
+         WRONG_LOST, r"max \|out"),  # numpy.testing: imported from the environment the level shows
     case("patched_pytest_and_unittest", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
@@ -322,7 +325,7 @@ CORPUS = [
          at=dict.fromkeys(LANDLOCK_LEVELS, ({MMD: 3}, r"process ended \(killed by signal SIGKILL\)"))),
     case("writes_junk_to_the_grader_channel", prepend_body(
         MMD, "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
-             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised", every_level=True),
+             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised"),
     # each cheat is paired with a wrong answer, so that a score it managed to inflate would show
     case("forged_score_in_a_test_cell", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
@@ -342,23 +345,23 @@ CORPUS = [
     case("chatters_on_the_channel_forever", prepend_body(
         MMD, "import os\nwhile True:\n    for fd in range(3, 64):\n        try:\n"
              "            os.write(fd, b'{\"progress\": \"x\"}\\n')\n        except OSError:\n            pass"),
-         {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+         {MMD: 3}, r"did not finish within 6 s \(time limit\)", root_only=SPINS),
     case("writes_half_a_message_and_sleeps", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"id\": 1')\n"
-             "    except OSError:\n        pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)",
-         every_level=True),  # the one time limit at every level: the sandbox ended and restarted, as the level does it
+             "    except OSError:\n        pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+    # (the time limit at every level: the sandbox ended and restarted, as the level does it)
     case("announces_tensors_it_never_sends", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    for i in range(1, 100):\n        try:\n"
              "            os.write(fd, b'{\"id\": %d, \"ok\": true, \"value\": null, \"blob\": 1000000}\\n' % i)\n"
              "        except OSError:\n            pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
     case("sends_a_deeply_nested_line_on_the_channel", prepend_body(
         MMD, "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'[' * 200000 + b'\\n')\n"
-             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol", every_level=True),
+             "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol"),
     case("leaves_fifos_and_links_where_files_could_be_read", prepend_body(
         MMD, "import os\nfor k in range(200):\n    for name in (f'out_{k}.safetensors', f'in_{k}.safetensors'):\n"
              "        try:\n            os.mkfifo(name)\n        except OSError:\n            pass\n"
              "for name in ('results.json', 'grades.csv'):\n    try:\n        os.symlink('/etc/passwd', name)\n"
-             "    except OSError:\n        pass"), {}, every_level=True),  # in a folder of the machine's, below root
+             "    except OSError:\n        pass"), {}),  # in a folder of the machine's, below root
     # a user namespace of its own would let it mount a tmpfs of any size, outside the disk and memory limits
     case("makes_a_user_namespace_to_mount_a_tmpfs", prepend_body(
         MMD, "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"

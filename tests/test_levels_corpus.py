@@ -1,10 +1,10 @@
 """The corpus and the lifecycle tests at the levels CI's own run (root, `namespaces`) does not reach.
 
-Each level gets one grader process: a pytest run of tests/test_corpus.py's level-dependent cases (AT_EVERY_LEVEL)
-and tests/test_lifecycle.py, made as tests/test_isolation_levels.py makes its levels (run_as) and told through
-COURSE_TEST_ISOLATION which level every grading must report. One pytest process per level: torch is imported once
+Each level gets one grader process: a pytest run of tests/test_corpus.py's cases (AT_EVERY_LEVEL: all but three
+that spin a core to their time limit, whose path another case takes) and tests/test_lifecycle.py, made as
+tests/test_isolation_levels.py makes its levels (run_as) and told through COURSE_TEST_ISOLATION which level every
+grading must report. One pytest process per level: torch is imported once
 and one zygote serves every corpus case (the lifecycle tests start graders of their own: that is what they test).
-The corpus cases left at root only run code that is the same at every level (see `case` in tests/test_corpus.py).
 """
 import os
 import re
