@@ -54,7 +54,7 @@ def otter_run(zip_path, notebook, out_dir):
     return json.loads((out_dir / "results.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["empty", "partly_right"])  # the complete one: the Gradescope-layout test below
+@pytest.mark.parametrize("name", ["empty", "partly_right"])  # the complete one: the rehearsal (test_gradescope_build)
 def test_otter_run_gives_the_same_scores_and_reasons_as_course_grade(autograder_zip, submissions, name, tmp_path):
     ours = grade_notebook(submissions[name], AID, device="cpu")
     theirs = otter_run(autograder_zip, submissions[name], tmp_path / "out")
@@ -99,24 +99,22 @@ def test_through_otter_a_cheating_submission_gains_nothing_and_no_student_code_r
         "Otter's kernel (or the grader) ran the student's code outside the sandbox"
 
 
-def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(autograder_zip, submissions,
-                                                                                tmp_path):
-    """Unpacked into /autograder's layout (here a temporary root) and run as its run_autograder does, with the
-    zip's own copy of the course (not this checkout's), MNIST from the zip, and no network."""
+def test_the_zip_holds_what_the_grader_needs(autograder_zip):
+    """The course's copy, its setup steps and Otter's configuration. Running it, unpacked into /autograder's layout
+    in the environment its own setup installs: tests/test_gradescope_build.py (the rehearsal)."""
     with zipfile.ZipFile(autograder_zip) as zf:
         names = set(zf.namelist())
         setup = zf.read("setup.sh").decode()
         environment = zf.read("environment.yml").decode()
         config = json.loads(zf.read("otter_config.json"))
         run_otter = zf.read("run_otter.py").decode()
-        for needed in ("run_autograder", "run_otter.py", "tests/", f"{COURSE_DIR}/course.yaml",
-                       f"{COURSE_DIR}/pyproject.toml", f"{COURSE_DIR}/solutions/{AID}.py",
-                       f"{COURSE_DIR}/autograder/suites/test_{AID}.py", f"{COURSE_DIR}/autograder/pytest_plugin.py", f"{COURSE_DIR}/autograder/harness/{AID}.py",
-                       f"{COURSE_DIR}/autograder/sandbox_child.py", f"{COURSE_DIR}/release/{AID}/{AID}.ipynb"):
-            assert needed in names, needed
-        assert not any("/data/mnist/" in n for n in names), "lab14's harness reads no MNIST"
-        root = tmp_path / "autograder"
-        zf.extractall(root / "source")
+    for needed in ("run_autograder", "run_otter.py", "tests/", f"{COURSE_DIR}/course.yaml",
+                   f"{COURSE_DIR}/pyproject.toml", f"{COURSE_DIR}/solutions/{AID}.py",
+                   f"{COURSE_DIR}/autograder/suites/test_{AID}.py", f"{COURSE_DIR}/autograder/pytest_plugin.py",
+                   f"{COURSE_DIR}/autograder/harness/{AID}.py", f"{COURSE_DIR}/autograder/sandbox_child.py",
+                   f"{COURSE_DIR}/release/{AID}/{AID}.ipynb"):
+        assert needed in names, needed
+    assert not any("/data/mnist/" in n for n in names), "lab14's harness reads no MNIST"
     for pin in requirements():  # installed by setup.sh, the CPU build first; not PyPI's CUDA build from environment.yml
         assert pin in setup and pin not in environment
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in setup
@@ -126,26 +124,6 @@ def test_the_zip_holds_what_the_grader_needs_and_runs_laid_out_as_on_gradescope(
     budget = load_course().gradescope.budget_seconds
     assert config["plugins"] == [{"autograder.otter_plugin.CourseGrader": {"assignment": AID, "device": "cpu",
                                                                            "budget_seconds": budget}}]
-    (root / "submission").mkdir()
-    (root / "results").mkdir()
-    (root / "submission_metadata.json").write_text("{}")
-    shutil.copy(submissions["complete"], root / "submission")
-    course = root / "source" / COURSE_DIR
-    env = {**os.environ, "PYTHONPATH": str(course), "COURSE_MNIST_DOWNLOAD": "0", "COURSE_NO_CACHE": "1"}
-    env.pop("COURSE_MNIST_DIR", None)
-    run = subprocess.run([sys.executable, "-c", "import autograder, sys\n"
-                          f"assert autograder.__file__.startswith({str(course)!r}), autograder.__file__\n"
-                          "from autograder.otter_plugin import run_autograder\n"
-                          f"run_autograder({str(root)!r})"],  # what run_otter.py does, /autograder overridden
-                         capture_output=True, text=True, timeout=1200, env=env, cwd=root)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    result = json.loads((root / "results" / "results.json").read_text())
-    assert sum(t["score"] for t in result["tests"]) == sum(t["max_score"] for t in result["tests"]) > 0
-    assert any("experiment memory_task" in t["name"] and t["score"] > 0 for t in result["tests"])
-    assert [t["visibility"] for t in result["tests"] if t["visibility"] != "visible"] == ["hidden"]
-    assert result["extra_data"]["isolation"] and result["extra_data"]["sessions"] == 1
-    # the same scores and reasons as `course grade` (whose experiment comes from the cache: the same training)
-    assert by_test(result) == by_test(grade_notebook(submissions["complete"], AID, device="cpu"))
 
 
 UID_LEVEL_CASES = """

@@ -175,7 +175,7 @@ REUSE_VENV = os.environ.get("COURSE_REHEARSAL")  # a folder: the rehearsal's env
 @pytest.mark.grading
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("python3.11"), reason="the zip's environment wants Python 3.11")
-def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_uploads(tmp_path):
+def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_uploads(tmp_path, graded_solutions):
     """CI's run of `course export gradescope lab14_transformers --check` (autograder/gradescope_check.py): one
     fresh environment from the zip's requirements, three uploads each in its own /autograder-like root. On a
     busy 2-core machine about 140 s of CPU in 150 s, 105 of them building the environment (COURSE_REHEARSAL=DIR
@@ -196,8 +196,13 @@ def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_upload
     print(f"rehearsal: {time.monotonic() - t0:.0f} s")
     got = {name: results[str(path)] for name, path in uploads.items()}
     total = load_course().assignment(AID).total_points
-    complete, _ = by_visibility(got["complete"])
+    complete, hidden = by_visibility(got["complete"])
     assert sum(t["score"] for t in complete.values()) == sum(t["max_score"] for t in complete.values()) == total
+    assert any("experiment memory_task" in name and t["score"] > 0 for name, t in complete.items())
+    assert [t["name"] for t in hidden] == [STAFF_TEST] and got["complete"]["extra_data"]["sessions"] == 1
+    # the same checks and points as `course grade` in this checkout (its own training, its own environment)
+    assert {name: (t["score"], t["max_score"]) for name, t in complete.items()} == \
+        {t["name"]: (t["score"], t["max_score"]) for t in graded_solutions[AID]["tests"]}
     expected_level = "uid" if os.geteuid() == 0 and shutil.which("capsh") else None
     level = got["complete"]["extra_data"]["isolation"]
     assert level == expected_level if expected_level else level not in ("none", None)
