@@ -3,6 +3,9 @@ lecture's at the end of the run."""
 import fcntl
 import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -98,6 +101,16 @@ class GradedSolutions:
             if not done.exists():
                 done.write_text(json.dumps(grade_solution(aid, self.factory.mktemp(aid))))
             return json.loads(done.read_text())
+
+
+@pytest.fixture
+def tmp():
+    """A folder every user may enter, for graders run as other users (pytest's own are 0700 under
+    /tmp/pytest-of-root)."""
+    folder = Path(tempfile.mkdtemp(prefix="course-iso-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

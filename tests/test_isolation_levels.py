@@ -182,15 +182,6 @@ def targets():
         (Path.home() / f"course-iso-secret-{os.getpid()}").unlink(missing_ok=True)
 
 
-@pytest.fixture
-def tmp():
-    """A folder the ordinary user can read too (pytest's own are 0700 under /tmp/pytest-of-root)."""
-    folder = Path(tempfile.mkdtemp(prefix="course-iso-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def run_grader(targets, uid, tmp, wrap=(), no_userns=False):
     """The GRADER script in a process of the kind asked for; its JSON answer."""
     files = {"solutions": str(targets["solutions"]), "classmate": str(targets["classmate"]),

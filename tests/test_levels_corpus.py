@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,15 +42,6 @@ os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 def node_ids_at_every_level():
     return [f"tests/test_corpus.py::test_corpus_case[{name}]" for name in AT_EVERY_LEVEL] + \
         [f"tests/test_lifecycle.py::{name}" for name in dir(test_lifecycle) if name.startswith("test_")]
-
-
-@pytest.fixture
-def folder():
-    """A folder every user may enter (pytest's own are 0700 under /tmp/pytest-of-root)."""
-    path = Path(tempfile.mkdtemp(prefix="course-levels-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def home_of(uid, folder):
@@ -89,12 +79,12 @@ def run_level(level, folder, tests):
     return run.returncode == 0 and bool(all_passed), out
 
 
-def test_the_corpus_and_the_lifecycle_at_every_level(folder):
+def test_the_corpus_and_the_lifecycle_at_every_level(tmp):
     """The three levels at once, each its own grader process and users: their waits on time limits and sleeps
     overlap (one after another they held a test worker for 145 s, mostly waiting)."""
     levels = ["uid", "userns", "landlock"] if shutil.which("capsh") else ["userns", "landlock"]
     tests = node_ids_at_every_level()
     with ThreadPoolExecutor(len(levels)) as pool:
-        runs = dict(zip(levels, pool.map(lambda level: run_level(level, folder, tests), levels)))
+        runs = dict(zip(levels, pool.map(lambda level: run_level(level, tmp, tests), levels)))
     failed = {level: out[-4000:] for level, (passed, out) in runs.items() if not passed}
     assert not failed, "\n".join(f"--- at {level}:\n{out}" for level, out in failed.items())
