@@ -7,7 +7,7 @@ rehearsal does the same here:
 
   1. a fresh virtual environment (the zip's Python version, no system site-packages) with environment.yml's pip
      packages, then setup.sh's course steps, `mamba run -n otter-env` dropped: pip as this machine has it set
-     up (its cache and local wheels, so it works offline where those hold every package);
+     up (its configuration, cache and local wheels, so it works offline where those hold every package);
   2. a temporary root laid out as /autograder (the image: setup.sh's steps run once), and per submission the
      zip unpacked anew into it with the submission alone (a fresh container from that image);
   3. the zip's run_otter.py (what run_autograder runs) with that root for /autograder, from /, with only the
@@ -121,6 +121,14 @@ def environment(venv, home):
     # (Gradescope's own pip needs none)
 
 
+def build_environment(env):
+    """setup.sh's: the grading's environment, with pip's user configuration where this machine keeps it. The fresh
+    HOME hid it, and pip went to PyPI for 3 GB of CUDA wheels that this machine's own indexes hold (70 s, and a
+    network that CI need not have)."""
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return {**env, **BUILD_ENV, "XDG_CONFIG_HOME": config}
+
+
 def grade(zip_path, submission, venv, root, log, timeout=1800):
     """results.json (a dict) of one submission graded by the zip's own autograder in the rehearsal's environment;
     the first one in `root` runs setup.sh's course steps (the image), the others find them done."""
@@ -129,7 +137,7 @@ def grade(zip_path, submission, venv, root, log, timeout=1800):
     home = Path(tempfile.mkdtemp(prefix="home-", dir=root.parent))  # a container's: no cache from before
     env = environment(venv, home)
     if first:
-        run(["bash", "-e", "-c", course_steps(zip_path, root, venv)], log, env={**env, **BUILD_ENV}, cwd="/",
+        run(["bash", "-e", "-c", course_steps(zip_path, root, venv)], log, env=build_environment(env), cwd="/",
             timeout=timeout)
     command = f"exec {venv / 'bin' / 'python'} {root / 'source' / 'run_otter.py'}"
     as_gradescope = [shutil.which("capsh"), "--drop=cap_sys_admin", "--", "-c", command] \

@@ -143,9 +143,7 @@ def test_an_interrupted_batch_keeps_what_is_done_and_two_graders_finish_it_toget
                                                          "c_complete.json"], "no lock or temporary files left"
     first, second = (json.loads((tmp_path / f"twin{k}.json").read_text()) for k in (1, 2))
     assert stable(first) == stable(second)
-
-    whole = course_grade(common + ["--json", str(tmp_path / "whole.json")])
-    out, err = whole.communicate(timeout=600)
-    assert whole.returncode == 0, err[-2000:]
-    assert stable(first) == stable(json.loads((tmp_path / "whole.json").read_text()))
+    # every notebook is the reference's (b's only slower to load): what an uninterrupted run gives, which
+    # tests/test_batch.py's killed batch compares result by result
+    assert [r["submission"] for r in first] == ["a_complete", "b_slow_to_load", "c_complete"]
     assert all(r["score"] == r["max_score"] > 0 for r in first)

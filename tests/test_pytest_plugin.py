@@ -69,7 +69,8 @@ def test_results_json_says_unknown_when_the_package_is_not_installed(monkeypatch
     assert results_json([], **RESULT)["extra_data"]["versions"]["autograder"] == "unknown"
 
 
-# --- whole sessions: pytest in a subprocess, the sandbox included --------------------------------------
+# --- whole sessions, the sandbox included: the TA's command in a subprocess once (the first test), the other
+# sessions in this process (pytester: the same plugin and options, without another interpreter importing torch)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,16 @@ def examples(tmp_path_factory):
 
 def run(*args, cwd=ROOT):
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def session(pytester, *args):
+    """`pytest ARGS` run in this process from pytester's folder: (exit code, stdout, stderr). The warnings left
+    out are this process's alone: the modules the plugin would rewrite are imported here already, and the inner
+    session leaves pytest-timeout (its `timeout` option unknown then) to the outer one, whose alarm it would reset."""
+    done = pytester.runpytest_inprocess(*map(str, args), "-p", "no:cacheprovider", "-p", "no:timeout",
+                                        "-o", "addopts=", "-W", "ignore::pytest.PytestAssertRewriteWarning",
+                                        "-W", "ignore::pytest.PytestConfigWarning")
+    return int(done.ret), done.stdout.str(), done.stderr.str()
 
 
 def without_timings(result):
@@ -117,28 +128,28 @@ def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp
 
 @pytest.mark.grading
 @pytest.mark.slow
-def test_pytest_options_select_stop_and_report(examples, tmp_path):
+def test_pytest_options_select_stop_and_report(examples, tmp_path, pytester):
     out, junit = tmp_path / "r.json", tmp_path / "junit.xml"
-    session = run("-m", "pytest", SUITE, "--submission", str(examples["partly_right"]), "--device", "cpu",
-                  "--no-experiments", "-k", "PositionalEncoding", "--results-json", str(out), "--junitxml",
-                  str(junit), "-v", "-o", "addopts=", "-p", "no:cacheprovider")
+    code, stdout, _ = session(pytester, suite_path(AID), "--submission", examples["partly_right"], "--device", "cpu",
+                              "--no-experiments", "-k", "PositionalEncoding", "--results-json", out, "--junitxml",
+                              junit, "-v")
     result = json.loads(out.read_text())
     assert {t["item"] for t in result["tests"]} == {"PositionalEncoding"}, result["tests"]
     assert [t["name"].split(": ")[1] for t in result["tests"]] == ["exists", "shapes", "values", "properties"]
-    assert session.stdout.count("PASSED") + session.stdout.count("FAILED") == 4, session.stdout[-3000:]
+    assert stdout.count("PASSED") + stdout.count("FAILED") == 4, stdout[-3000:]
     assert 'tests="4"' in junit.read_text()
 
-    stop = run("-m", "pytest", SUITE, "--submission", str(examples["empty"]), "--device", "cpu",
-               "--no-experiments", "-x", "-p", "no:cacheprovider")
-    assert stop.returncode == 1 and "stopping after 1 failures" in stop.stdout, stop.stdout[-3000:]
+    code, stdout, _ = session(pytester, suite_path(AID), "--submission", examples["empty"], "--device", "cpu",
+                              "--no-experiments", "-x")
+    assert code == 1 and "stopping after 1 failures" in stdout, stdout[-3000:]
 
 
 @pytest.mark.grading
-def test_failure_messages_are_the_checkers_never_the_suites_source(examples, tmp_path):
+def test_failure_messages_are_the_checkers_never_the_suites_source(examples, tmp_path, pytester):
     out = tmp_path / "r.json"
-    session = run("-m", "pytest", SUITE, "--submission", str(examples["partly_right"]), "--device", "cpu",
-                  "--no-experiments", "--results-json", str(out), "-p", "no:cacheprovider")
-    failures = session.stdout.split("= FAILURES =")[1].split("short test summary")[0]
+    _, stdout, _ = session(pytester, suite_path(AID), "--submission", examples["partly_right"], "--device", "cpu",
+                           "--no-experiments", "--results-json", out)
+    failures = stdout.split("= FAILURES =")[1].split("short test summary")[0]
     assert "max |" in failures  # a checker's message, with the numbers
     for leak in ("def test_", "check_close(", "Traceback", "assert ", str(ROOT)):
         assert leak not in failures, leak
@@ -147,21 +158,20 @@ def test_failure_messages_are_the_checkers_never_the_suites_source(examples, tmp
 
 
 @pytest.mark.grading
-def test_a_suite_that_breaks_fails_the_session_and_scores_nobody(examples, tmp_path):
-    broken = tmp_path / "test_broken_suite.py"
-    broken.write_text("import pytest\n\n\n@pytest.mark.item('scaled_dot_product_attention', 'shapes')\n"
-                      "def test_shapes(student, rng):\n    undefined_helper(student)\n")
+def test_a_suite_that_breaks_fails_the_session_and_scores_nobody(examples, tmp_path, pytester):
+    broken = pytester.makepyfile(test_broken_suite="import pytest\n\n\n"
+                                 "@pytest.mark.item('scaled_dot_product_attention', 'shapes')\n"
+                                 "def test_shapes(student, rng):\n    undefined_helper(student)\n")
     out = tmp_path / "r.json"
-    session = run("-m", "pytest", str(broken), "--submission", str(examples["complete"]), "--assignment", AID,
-                  "--device", "cpu", "--no-experiments", "--results-json", str(out), "-p", "no:cacheprovider",
-                  cwd=tmp_path)
-    assert session.returncode == GRADER_FAILED, session.stdout[-3000:]
-    assert "grader failure: nothing was scored" in session.stdout and "NameError" in session.stdout
+    code, stdout, _ = session(pytester, broken, "--submission", examples["complete"], "--assignment", AID,
+                              "--device", "cpu", "--no-experiments", "--results-json", out)
+    assert code == GRADER_FAILED, stdout[-3000:]
+    assert "grader failure: nothing was scored" in stdout and "NameError" in stdout
     assert not out.exists()
 
 
 @pytest.mark.grading
-def test_a_suite_needs_a_submission(tmp_path):
-    session = run("-m", "pytest", SUITE, "-p", "no:cacheprovider")
-    assert session.returncode == pytest.ExitCode.USAGE_ERROR
-    assert "--submission NOTEBOOK" in session.stderr
+def test_a_suite_needs_a_submission(pytester):
+    code, _, stderr = session(pytester, suite_path(AID))
+    assert code == pytest.ExitCode.USAGE_ERROR
+    assert "--submission NOTEBOOK" in stderr
