@@ -17,6 +17,7 @@ from packaging.requirements import Requirement
 
 from autograder.config import ROOT, load_course, parse_course
 from autograder.examples import examples
+from autograder.grade import grade_notebook
 from autograder.gradescope import COURSE_DIR, course_files, otter_config
 from autograder.otter_plugin import STAFF_TEST, load_seconds, run_autograder, upload_problem, worst_seconds
 
@@ -177,9 +178,10 @@ REUSE_VENV = os.environ.get("COURSE_REHEARSAL")  # a folder: the rehearsal's env
 @pytest.mark.skipif(not shutil.which("python3.11"), reason="the zip's environment wants Python 3.11")
 def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_uploads(tmp_path, graded_solutions):
     """CI's run of `course export gradescope lab14_transformers --check` (autograder/gradescope_check.py): one
-    fresh environment from the zip's requirements, three uploads each in its own /autograder-like root. On a
-    busy 2-core machine about 140 s of CPU in 150 s, 105 of them building the environment (COURSE_REHEARSAL=DIR
-    keeps one there for local iteration: then about 45 s)."""
+    fresh environment from the zip's requirements, three uploads each in its own /autograder-like root. On an
+    idle 2-core machine about 105 s of CPU in 150 s, 75 of them building the environment (COURSE_REHEARSAL=DIR
+    keeps one there for local iteration: then about 45 s). The untouched release gets `course grade`'s reasons
+    word for word (the half-done notebook's comparison is tests/test_gradescope.py's)."""
     from autograder.gradescope import export_gradescope
     from autograder.gradescope_check import rehearse
     zip_path = export_gradescope(AID, tmp_path / "autograder.zip", device="cpu")
@@ -208,4 +210,7 @@ def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_upload
     assert level == expected_level if expected_level else level not in ("none", None)
     empty, _ = by_visibility(got["empty"])
     assert sum(t["score"] for t in empty.values()) == 0 and sum(t["max_score"] for t in empty.values()) == total
+    ours = grade_notebook(uploads["empty"], AID, device="cpu")  # the untouched release: course grade's reasons
+    assert {name: (t["score"], t["max_score"], t["output"]) for name, t in empty.items()} == \
+        {t["name"]: (t["score"], t["max_score"], t["output"]) for t in ours["tests"]}
     assert got["py"]["score"] == 0 and f"Submit {AID}.ipynb" in got["py"]["output"]
