@@ -123,8 +123,8 @@ def environment(venv, home):
 
 def build_environment(env):
     """setup.sh's: the grading's environment, with pip's user configuration where this machine keeps it. The fresh
-    HOME hid it, and pip went to PyPI for 3 GB of CUDA wheels that this machine's own indexes hold (70 s, and a
-    network that CI need not have)."""
+    HOME hid it, and pip went to PyPI for 3 GB of CUDA wheels that this machine's own indexes hold (about 50 s of
+    the rehearsal's 200, and a network that CI need not have)."""
     config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return {**env, **BUILD_ENV, "XDG_CONFIG_HOME": config}
 
