@@ -2,14 +2,34 @@
 import os
 
 import nbgrader.apps.autogradeapp
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, ClearMarkScheme,
-                                    ClearOutput, ClearSolutions, ComputeChecksums, DeduplicateIds, IgnorePattern,
-                                    IncludeHeaderFooter, InstantiateTests, LimitOutput, LockCells, OverwriteCells,
-                                    OverwriteKernelspec, SaveAutoGrades, SaveCells)
 from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.preprocessors import (
+                                    AssignLatePenalties,
+                                    CheckCellMetadata,
+                                    ClearHiddenTests,
+                                    ClearMarkScheme,
+                                    ClearOutput,
+                                    ClearSolutions,
+                                    ComputeChecksums,
+                                    DeduplicateIds,
+                                    IgnorePattern,
+                                    IncludeHeaderFooter,
+                                    InstantiateTests,
+                                    LimitOutput,
+                                    LockCells,
+                                    OverwriteCells,
+                                    OverwriteKernelspec,
+                                    SaveAutoGrades,
+                                    SaveCells,
+)
 
-from autograder.nbgrader_plugin import (FEEDBACK_TEMPLATES, CourseAutograde, FeedbackSummary, RepairSubmission,
-                                        TrustedGrade)
+from autograder.integrations.nbgrader_plugin import (
+                                    FEEDBACK_TEMPLATES,
+                                    CourseAutograde,
+                                    FeedbackSummary,
+                                    RepairSubmission,
+                                    TrustedGrade,
+)
 
 here = os.path.dirname(os.path.abspath(__file__))
 state = os.path.join(here, ".nbgrader")  # git-ignored: gradebook, submissions, autograded and feedback folders
@@ -37,7 +57,7 @@ c.GenerateAssignment.preprocessors = [IncludeHeaderFooter, InstantiateTests, Loc
                                       SaveCells, CheckCellMetadata]
 
 # Autograde takes a submission folder's single notebook whatever its name, and stops a student it cannot grade with
-# one line saying why (autograder/nbgrader_plugin.py). nbgrader has no setting for the class `nbgrader autograde`
+# one line saying why (autograder/integrations/nbgrader_plugin.py). nbgrader has no setting for the class `nbgrader autograde`
 # makes, so the app's name for it is pointed at the subclass.
 nbgrader.apps.autogradeapp.Autograde = CourseAutograde
 # The submission is repaired against the release (deleted, duplicated or edited locked cells, lost metadata) before
@@ -52,7 +72,7 @@ c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadat
 # hidden-test region of a test cell; markdown is sanitised and written answers shown as text (never markup).
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", ClearHiddenTests, FeedbackSummary,
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
-c.HTMLExporter.template_name = "feedback"  # nbgrader's, extended by autograder/templates/feedback/
+c.HTMLExporter.template_name = "feedback"  # nbgrader's, extended by autograder/reports/templates/feedback/
 c.HTMLExporter.template_file = "course_feedback.html.j2"
 c.HTMLExporter.extra_template_basedirs = FEEDBACK_TEMPLATES
 c.HTMLExporter.sanitize_html = True

@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from autograder.config import ConfigError, course_root, load_course, released_notebook
+from autograder.course.config import course_root, load_course, released_notebook
+from autograder.errors import ConfigError
 
 
 @contextlib.contextmanager
@@ -42,8 +43,9 @@ def cmd_grade(args):
     if args.allow_unisolated:  # read by the sandbox, in this process and in batch workers alike
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
-    from autograder.batch import find_submissions, grade_batch
-    from autograder.report import grade_table, not_scored, reason_lines, write_csv
+
+    from autograder.batch.run import find_submissions, grade_batch
+    from autograder.reports.tables import grade_table, not_scored, reason_lines, write_csv
     course = load_course()
     assignment = course.assignment(args.assignment)
     items = args.items.split(",") if args.items else None
@@ -93,7 +95,7 @@ def cmd_grade(args):
 
 
 def cmd_sync(args):
-    from autograder.build import sync
+    from autograder.notebooks.build import sync
     for aid in args.ids or load_course().assignments:
         changed = sync(aid)
         print(f"{aid}: {'rewrote ' + ', '.join(changed) if changed else 'in sync with solutions/ and course.yaml'}")
@@ -101,7 +103,7 @@ def cmd_sync(args):
 
 
 def cmd_solve(args):
-    from autograder.build import execute, solve
+    from autograder.notebooks.build import execute, solve
     for aid in args.ids or load_course().assignments:
         path = solve(aid, args.out)
         print(f"{aid}: solution notebook at {path}")
@@ -113,7 +115,7 @@ def cmd_solve(args):
 
 
 def cmd_release(args):
-    from autograder.build import ReleaseError, release
+    from autograder.notebooks.build import ReleaseError, release
     try:
         paths = release(args.ids or None)
     except ReleaseError as e:
@@ -125,7 +127,8 @@ def cmd_release(args):
 
 
 def cmd_experiments(args):
-    from autograder.experiments import format_row, run_reference
+    from autograder.grading.experiments import run_reference
+    from autograder.reports.tables import format_row
     course = load_course()
     failed = 0
     for aid in args.ids or course.assignments:
@@ -137,19 +140,19 @@ def cmd_experiments(args):
 
 
 def cmd_export(args):
-    from autograder.gradescope import export_gradescope
+    from autograder.integrations.gradescope import export_gradescope
     path = export_gradescope(args.id, args.output, device=args.device)
     print(f"{args.id}: Gradescope autograder at {path} (upload it as the assignment's autograder, or try it here: "
           f"otter run -a {path} SUBMISSION.ipynb)")
     if args.check is None:
         return 0
-    from autograder.config import released_notebook
-    from autograder.gradescope_check import check
+    from autograder.course.config import released_notebook
+    from autograder.integrations.gradescope_check import check
     return check(path, args.check or [released_notebook(args.id)], venv=args.venv)
 
 
 def cmd_report(args):
-    from autograder.class_report import class_report, similar_text
+    from autograder.reports.class_report import class_report, similar_text
     try:
         page = class_report(args.results_dir)
     except ValueError as e:
@@ -162,7 +165,7 @@ def cmd_report(args):
 
 
 def cmd_demo(args):
-    from autograder.demo import demo
+    from autograder.apps.demo import demo
     return demo(device=args.device, workers=args.workers)
 
 

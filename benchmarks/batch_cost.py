@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import nbformat
-
-from autograder.examples import release_notebook, solved_sources, with_cells
 from lecture_loops import lecture_seconds
+
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 
 AID = "lab14_transformers"
 

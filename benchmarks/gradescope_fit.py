@@ -20,11 +20,11 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.config import load_course
-from autograder.gradescope import zip_course_yaml
-from autograder.otter_plugin import load_seconds, worst_seconds
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.sandbox import descendants, memory_bytes
+from autograder.course.config import load_course
+from autograder.integrations.gradescope import zip_course_yaml
+from autograder.integrations.otter_plugin import load_seconds, worst_seconds
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+from autograder.sandbox.grader_side import descendants, memory_bytes
 
 
 def make_cgroup(name, memory_mb):

@@ -11,7 +11,7 @@ machine; absolute seconds are not.
 --device moves the graded run's and the lecture's training there; the bare column stays on the CPU (its checks
 are the suites' own CPU cases). --partly-right also grades the demo's partly-right submission (half the items
 solved, one with its typical mistake, the rest stubs) and sets each item's time beside the complete one's with the
-smallest-failing-case searches it ran (autograder/smallest_case.py): a failing item may cost at most the search
+smallest-failing-case searches it ran (autograder/grading/smallest_case.py): a failing item may cost at most the search
 budget more; the complete submission runs none.
 """
 import argparse
@@ -23,16 +23,16 @@ from pathlib import Path
 
 import nbformat
 import torch
-
-from autograder import smallest_case
-from autograder.config import CHECK_ORDER, load_course
-from autograder.examples import examples, release_notebook, solved_sources, with_cells
-from autograder.experiments import reference_parts, run_reference
-from autograder.pytest_plugin import suite_checks
-from autograder.sandbox import Fresh, Remote, Seeded
-from autograder.scoring import seed_for
-from autograder.state import assign_state
 from lecture_loops import lecture_seconds
+
+from autograder.course.config import CHECK_ORDER, load_course
+from autograder.grading import smallest_case
+from autograder.grading.experiments import reference_parts, run_reference
+from autograder.grading.plugin import suite_checks
+from autograder.grading.scoring import seed_for
+from autograder.notebooks.examples import examples, release_notebook, solved_sources, with_cells
+from autograder.sandbox.grader_side import Fresh, Remote, Seeded
+from autograder.sandbox.state import assign_state
 
 
 class LocalStudent:
@@ -135,7 +135,7 @@ def bare(aid, with_experiments):
 def graded(aid, with_experiments, device="cpu", nb=None):
     """item -> seconds the real grader spent (sandbox and all), from results.json's per-test times; the wall time;
     and the smallest-case searches run. `nb`: the notebook to grade (default: the complete solution)."""
-    from autograder.grade import grade_notebook
+    from autograder.grading.grade import grade_notebook
     complete = nb is None
     searches_before = len(smallest_case.SEARCHES)
     with tempfile.TemporaryDirectory() as tmp:

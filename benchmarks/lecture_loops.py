@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder.experiments import harness, reference_parts
+from autograder.grading.experiments import harness, reference_parts
 
 
 def reverse_transformer(device="cpu", steps=1000):
@@ -57,7 +57,7 @@ def memory_task(device="cpu", epochs=2):
 def attention_vision(device="cpu"):
     """Week 8, Lecture 1's graded trainings: AE 4 epochs, linear AE 1,200 full-batch steps, seq2seq 1,500, spatial 700."""
     ref, h = reference_parts("w8l1_attention_vision"), harness("w8l1_attention_vision")
-    from autograder.mnist import load_mnist
+    from autograder.course.mnist import load_mnist
     X = load_mnist(n_train=h.N_TRAIN, n_test=h.N_TEST)[0].to(device)
     gen = torch.Generator().manual_seed(0)
     torch.manual_seed(0)

@@ -21,14 +21,14 @@ os.environ.setdefault("COURSE_SEARCH_SECONDS", "0")
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per core (at most 8). On two cores three workers were no faster than two (912 s
     against 910 s)."""
-    from autograder.sandbox import cpu_cores
+    from autograder.sandbox.grader_side import cpu_cores
     return min(cpu_cores(), 8)
 
 
 def pytest_configure(config):
     # Under xdist each worker gets its share of the cores, as `course grade --workers` gives its workers (see
     # threads_per_worker). The sandboxes, kernels and subprocesses a worker starts inherit it through the environment.
-    from autograder.sandbox import threads_per_worker
+    from autograder.sandbox.grader_side import threads_per_worker
     threads = threads_per_worker(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if threads:
         import torch
@@ -63,9 +63,9 @@ def pytest_terminal_summary(terminalreporter):
 
 def grade_solution(aid, folder):
     """An assignment's complete submission (release + reference bodies), graded with experiments."""
-    from autograder.grade import grade_notebook
-    from autograder.examples import release_notebook, solved_sources, with_cells
-    from autograder.report import experiment_lines
+    from autograder.grading.grade import grade_notebook
+    from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+    from autograder.reports.tables import experiment_lines
     path = folder / f"{aid}.ipynb"
     nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
     result = grade_notebook(path, aid, device="cpu")

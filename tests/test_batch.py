@@ -13,10 +13,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.batch import find_submissions, grade_batch
+from autograder.batch.run import find_submissions, grade_batch
 from autograder.cli import main
-from autograder.config import load_course
-from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.course.config import load_course
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.planted import planted, variant_source
 
 pytestmark = pytest.mark.grading
@@ -115,19 +115,19 @@ def test_killed_batch_resumes_to_the_same_results_as_an_uninterrupted_run(tmp_pa
 def test_a_grader_failure_is_reported_as_such_and_retried_not_scored_zero(tmp_path, monkeypatch):
     """When the sandbox cannot start (the machine's fault), nobody gets a zero: the result says the grader
     failed, nothing is saved, and the next run grades the submission."""
-    import autograder.pytest_plugin
-    from autograder.sandbox import SandboxFailure
+    import autograder.grading.plugin
+    from autograder.sandbox.grader_side import SandboxFailure
     subs = [(n, p) for n, p in find_submissions([make_batch(tmp_path / "subs", n=3)], AID) if n == "complete"]
-    real_start = autograder.pytest_plugin.Sandbox.start
+    real_start = autograder.grading.plugin.Sandbox.start
 
     def broken(self):
         raise SandboxFailure("sandbox", "could not enter the sandbox: (simulated)")
-    monkeypatch.setattr(autograder.pytest_plugin.Sandbox, "start", broken)
+    monkeypatch.setattr(autograder.grading.plugin.Sandbox, "start", broken)
     [(name, result)] = grade_batch(subs, AID, items=ITEMS.split(","), device="cpu", results_dir=tmp_path / "r")
     assert result["extra_data"]["grader_error"] and "sandbox could not be started" in result["output"]
     assert not list((tmp_path / "r").glob("*.json")), "a grader failure must not be kept as a result"
 
-    monkeypatch.setattr(autograder.pytest_plugin.Sandbox, "start", real_start)
+    monkeypatch.setattr(autograder.grading.plugin.Sandbox, "start", real_start)
     [(name, result)] = grade_batch(subs, AID, items=ITEMS.split(","), device="cpu", results_dir=tmp_path / "r")
     assert result["score"] == result["max_score"] > 0 and (tmp_path / "r" / f"{name}.json").exists()
 

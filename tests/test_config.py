@@ -4,9 +4,17 @@ import inspect
 
 import pytest
 
-from autograder.checks import Fail, check_signature
-from autograder.config import (Bound, ConfigError, CourseSolutions, course_root, load_course, parse_course,
-                               released_notebook, ROOT)
+from autograder.course.config import (
+    ROOT,
+    Bound,
+    CourseSolutions,
+    course_root,
+    load_course,
+    parse_course,
+    released_notebook,
+)
+from autograder.errors import ConfigError
+from autograder.grading.checks import Fail, check_signature
 
 COURSE = load_course()
 TEXT = (ROOT / "course.yaml").read_text()

@@ -18,12 +18,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.config import ROOT, load_course
-from autograder.grade import grade_notebook
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.notebook import nbgrader_meta
-from autograder.report import item_summary
-from autograder.sandbox import can_isolate
+from autograder.course.config import ROOT, load_course
+from autograder.grading.grade import grade_notebook
+from autograder.notebooks.cells import nbgrader_meta
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+from autograder.reports.tables import item_summary
+from autograder.sandbox.grader_side import can_isolate
 
 pytestmark = pytest.mark.grading
 AID = "lab14_transformers"
@@ -275,7 +275,7 @@ CORPUS = [
     case("fake_grader_module_in_sys_modules", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import sys, types\nfake = types.ModuleType('autograder')\nfake.grade_notebook = lambda *a, **k: "
-                     "{'score': 100}\nfor name in ('autograder', 'autograder.grade', 'autograder.checks', 'nbgrader',"
+                     "{'score': 100}\nfor name in ('autograder', 'autograder.grading.grade', 'autograder.grading.checks', 'nbgrader',"
                      " 'otter', 'gradescope_utils'):\n    sys.modules[name] = fake")(nb, f)),
          WRONG_LOST, r"max \|out"),
     case("hard_coded_public_check_outputs", replace(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):",
@@ -453,7 +453,8 @@ def test_a_classmate_notebook_in_a_batch_folder_outside_the_course_is_out_of_rea
     from Alice, and without it the attack works, which is what shows the case can tell the two apart."""
     import shutil
     import tempfile
-    import autograder.sandbox as sandbox
+
+    import autograder.sandbox.grader_side as sandbox
     if isolate and not can_isolate():
         pytest.skip("needs the sandbox's isolation (root on Linux)")
     monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)

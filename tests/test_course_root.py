@@ -13,11 +13,12 @@ import pytest
 import yaml
 
 from autograder import cli
-from autograder.build import gradebook_url
-from autograder.config import ROOT, load_course
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.grade import GraderError, grade_notebook
-from autograder.notebook import nbgrader_meta
+from autograder.course.config import ROOT, load_course
+from autograder.errors import GraderError
+from autograder.grading.grade import grade_notebook
+from autograder.notebooks.build import gradebook_url
+from autograder.notebooks.cells import nbgrader_meta
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.test_release import normalised
 
 pytestmark = pytest.mark.grading

@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from autograder.config import ROOT, load_course
-from autograder.cache import experiment_key, grader_digest
-from autograder.experiments import experiment_inputs
-from autograder.notebook import Cell
+from autograder.course.config import ROOT, load_course
+from autograder.grading.cache import experiment_key, grader_digest
+from autograder.grading.experiments import experiment_inputs
+from autograder.notebooks.cells import Cell
 
 AID = "w8l1_attention_vision"
 EXP = load_course().assignment(AID).experiments["ae_mnist"]

@@ -13,14 +13,15 @@ import nbformat
 import pytest
 import yaml
 
-from autograder import cache
-from autograder.cache import cache_read, cache_write
-from autograder.config import ROOT, course_root
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.experiments import harness, harness_sources, students_training_error
-from autograder.grade import IN_PROCESS, GraderError, grade_notebook
-from autograder.kernel_client import kernel_start_lock
-from autograder.pytest_plugin import GRADER_FAILED, Grading, Settings
+from autograder.course.config import ROOT, course_root
+from autograder.errors import GraderError
+from autograder.grading import cache
+from autograder.grading.cache import cache_read, cache_write
+from autograder.grading.experiments import harness, harness_sources, students_training_error
+from autograder.grading.grade import IN_PROCESS, grade_notebook
+from autograder.grading.plugin import GRADER_FAILED, Grading, Settings
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+from autograder.notebooks.kernel_client import kernel_start_lock
 from tests.test_grading import short_course
 
 pytestmark = pytest.mark.grading
@@ -83,7 +84,7 @@ def test_the_harness_breaking_in_the_sandbox_with_no_student_frame_is_a_grader_f
     head = "def train_classifier(model, parts, data, cfg, seed):\n"
     assert head in source
     broken = source.replace(head, head + "    harness_helper_that_does_not_exist()\n", 1)
-    import autograder.pytest_plugin as plugin
+    import autograder.grading.plugin as plugin
     monkeypatch.setattr(plugin, "harness_sources", lambda aid: {aid: broken})  # what the sandbox loads
     with pytest.raises(GraderError) as failed:
         grade_notebook(notebook(tmp_path, LAB14), LAB14, items=["TransformerClassifier"], device="cpu")
@@ -91,7 +92,7 @@ def test_the_harness_breaking_in_the_sandbox_with_no_student_frame_is_a_grader_f
 
 
 def test_a_harness_that_cannot_load_in_the_sandbox_is_a_grader_failure(tmp_path, monkeypatch):
-    import autograder.pytest_plugin as plugin
+    import autograder.grading.plugin as plugin
     monkeypatch.setattr(plugin, "harness_sources", lambda aid: {aid: "raise ImportError('no such lecture module')"})
     with pytest.raises(GraderError) as failed:
         grade_notebook(notebook(tmp_path, LAB14), LAB14, items=["scaled_dot_product_attention"], device="cpu",
@@ -282,7 +283,8 @@ def test_the_kernel_start_lock_works_for_two_users():
 def test_a_grader_failure_has_no_score_in_the_json_and_csv_course_grade_writes(tmp_path, monkeypatch, capsys):
     """What a TA imports into a gradebook: a blank, never a 0, for a submission the grader could not grade."""
     import csv
-    import autograder.pytest_plugin as plugin
+
+    import autograder.grading.plugin as plugin
     from autograder import cli
     monkeypatch.setattr(plugin, "harness_sources", lambda aid: {aid: "raise ImportError('no such lecture module')"})
     nb, out, table = notebook(tmp_path, LAB14), tmp_path / "alice.json", tmp_path / "grades.csv"

@@ -11,11 +11,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.config import load_course
-from autograder.grade import grade_notebook
-from autograder.examples import examples, release_notebook, solved_sources, with_cells
-from autograder.gradescope import COURSE_DIR, export_gradescope, requirements
-from autograder.sandbox import can_isolate
+from autograder.course.config import load_course
+from autograder.grading.grade import grade_notebook
+from autograder.integrations.gradescope import COURSE_DIR, export_gradescope, requirements
+from autograder.notebooks.examples import examples, release_notebook, solved_sources, with_cells
+from autograder.sandbox.grader_side import can_isolate
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]  # every test builds or runs an Otter grading
 AID = "lab14_transformers"
@@ -106,8 +106,8 @@ def test_the_zip_holds_what_the_grader_needs(autograder_zip):
         run_otter = zf.read("run_otter.py").decode()
     for needed in ("run_autograder", "run_otter.py", "tests/", f"{COURSE_DIR}/course.yaml",
                    f"{COURSE_DIR}/pyproject.toml", f"{COURSE_DIR}/solutions/{AID}.py",
-                   f"{COURSE_DIR}/autograder/suites/test_{AID}.py", f"{COURSE_DIR}/autograder/pytest_plugin.py",
-                   f"{COURSE_DIR}/autograder/harness/{AID}.py", f"{COURSE_DIR}/autograder/sandbox_child.py",
+                   f"{COURSE_DIR}/autograder/suites/test_{AID}.py", f"{COURSE_DIR}/autograder/grading/plugin.py",
+                   f"{COURSE_DIR}/autograder/harness/{AID}.py", f"{COURSE_DIR}/autograder/sandbox/child.py",
                    f"{COURSE_DIR}/release/{AID}/{AID}.ipynb"):
         assert needed in names, needed
     assert not any("/data/mnist/" in n for n in names), "lab14's harness reads no MNIST"
@@ -116,16 +116,16 @@ def test_the_zip_holds_what_the_grader_needs(autograder_zip):
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in setup
     assert "python=3.11" in environment
     assert f"pip install -e /autograder/source/{COURSE_DIR}" in setup and "load_mnist()" not in setup
-    assert "autograder.otter_plugin import run_autograder" in run_otter
+    assert "autograder.integrations.otter_plugin import run_autograder" in run_otter
     budget = load_course().gradescope.budget_seconds
-    assert config["plugins"] == [{"autograder.otter_plugin.CourseGrader": {"assignment": AID, "device": "cpu",
+    assert config["plugins"] == [{"autograder.integrations.otter_plugin.CourseGrader": {"assignment": AID, "device": "cpu",
                                                                            "budget_seconds": budget}}]
 
 
 UID_LEVEL_CASES = """
 import json, sys
 import nbformat
-from autograder.grade import grade_notebook
+from autograder.grading.grade import grade_notebook
 from tests.test_corpus import AID, LIMITS, MMD, SDPA, WRONG_SDPA, append, prepend_body, replace, solved
 cases = {
     "complete": (lambda nb: None, {}),
@@ -150,7 +150,7 @@ json.dump(out, open(sys.argv[1] + "/results.json", "w"))
 def test_without_cap_sys_admin_the_grader_degrades_to_a_fresh_uid_and_its_limits_still_hold(tmp_path):
     """As in a Docker-default container (Gradescope, `otter grade`): no namespaces, still a fresh uid, so the
     process limit, the kill by uid and the grader's own comparisons hold; the solution keeps full marks."""
-    from autograder.report import item_summary
+    from autograder.reports.tables import item_summary
     from tests.test_corpus import MMD, POINTS, WRONG_LOST, _cmdline
     script = tmp_path / "cases.py"
     script.write_text(UID_LEVEL_CASES)

@@ -15,11 +15,11 @@ import nbformat
 import pytest
 from packaging.requirements import Requirement
 
-from autograder.config import ROOT, load_course, parse_course
-from autograder.examples import examples
-from autograder.grade import grade_notebook
-from autograder.gradescope import COURSE_DIR, course_files, otter_config
-from autograder.otter_plugin import STAFF_TEST, load_seconds, run_autograder, upload_problem, worst_seconds
+from autograder.course.config import ROOT, load_course, parse_course
+from autograder.grading.grade import grade_notebook
+from autograder.integrations.gradescope import COURSE_DIR, course_files, otter_config
+from autograder.integrations.otter_plugin import STAFF_TEST, load_seconds, run_autograder, upload_problem, worst_seconds
+from autograder.notebooks.examples import examples
 
 AID = "lab14_transformers"
 LAST = "TransformerClassifier"  # lab14's last item, the one with the experiment
@@ -177,13 +177,13 @@ REUSE_VENV = os.environ.get("COURSE_REHEARSAL")  # a folder: the rehearsal's env
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("python3.11"), reason="the zip's environment wants Python 3.11")
 def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_uploads(tmp_path, graded_solutions):
-    """CI's run of `course export gradescope lab14_transformers --check` (autograder/gradescope_check.py): one
+    """CI's run of `course export gradescope lab14_transformers --check` (autograder/integrations/gradescope_check.py): one
     fresh environment from the zip's requirements, three uploads each in its own /autograder-like root. On an
     idle 2-core machine about 105 s of CPU in 150 s, 75 of them building the environment (COURSE_REHEARSAL=DIR
     keeps one there for local iteration: then about 45 s). The untouched release gets `course grade`'s reasons
     word for word (the half-done notebook's comparison is tests/test_gradescope.py's)."""
-    from autograder.gradescope import export_gradescope
-    from autograder.gradescope_check import rehearse
+    from autograder.integrations.gradescope import export_gradescope
+    from autograder.integrations.gradescope_check import rehearse
     zip_path = export_gradescope(AID, tmp_path / "autograder.zip", device="cpu")
     uploads = {}
     for name in ("complete", "empty"):

@@ -1,12 +1,12 @@
 """Meta-tests of the grader: the solution scores 100%, the stubs 0, planted mistakes lose points where they are."""
 import nbformat
-import yaml
 import pytest
+import yaml
 
-from autograder.build import item_cell
-from autograder.config import load_course
-from autograder.grade import grade_notebook
-from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.course.config import load_course
+from autograder.grading.grade import grade_notebook
+from autograder.notebooks.build import item_cell
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.planted import dependents, planted, planted_module, rounds, scores, variant_source
 
 pytestmark = pytest.mark.grading
@@ -209,7 +209,7 @@ def test_the_lectures_positional_encoding_loses_only_the_odd_d_emb_point(tmp_pat
 @pytest.mark.parametrize("aid, item", [("lab14_transformers", "scaled_dot_product_attention"),
                                        ("w8l4_transformers", "attention")])
 def test_a_missing_scale_is_named_in_the_hidden_message(tmp_path, aid, item):
-    from autograder.public_checks import SCALE_MISSING
+    from autograder.notebooks.public_checks import SCALE_MISSING
     reference = item_cell(aid, item, solved=True)
     assert "/ math.sqrt(d_k)" in reference
     tests, (score, max_score) = grade_one(tmp_path, aid, item, reference.replace("/ math.sqrt(d_k)", "", 1))

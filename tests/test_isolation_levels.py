@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.config import ROOT
-from autograder.sandbox import can_isolate
+from autograder.course.config import ROOT
+from autograder.sandbox.grader_side import can_isolate
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow,  # each starts a grader and its zygote: torch imported twice
               pytest.mark.skipif(not can_isolate(), reason="making the levels needs root")]
@@ -92,10 +92,10 @@ if spec.get("no_userns"):  # as Docker's default seccomp profile: no new user na
     lib = child.libc()
     lib.prctl(child.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     child.forbid_user_namespaces(lib)
-import autograder.sandbox as sandbox
-from autograder.config import Limits
-from autograder.notebook import Cell
-from autograder.student import Student
+import autograder.sandbox.grader_side as sandbox
+from autograder.course.config import Limits
+from autograder.notebooks.cells import Cell
+from autograder.grading.student import Student
 
 LIMITS = Limits(setup_seconds=120, item_seconds=30, experiment_seconds=60, memory_mb=3000, output_kb=16,
                 disk_mb=8, processes=64)
@@ -188,7 +188,7 @@ def run_grader(targets, uid, tmp, wrap=(), no_userns=False):
              "home": str(targets["secrets"][uid])}
     spec = {"cell": PROBE_CELL, "files": files, "port": targets["port"], "no_userns": no_userns,
             "seconds": 7000 + os.getpid() % 1000 * 2 + 2 * len(wrap) + no_userns * 7,
-            "child": str(ROOT / "autograder" / "sandbox_child.py")}
+            "child": str(ROOT / "autograder" / "sandbox" / "child.py")}
     script = tmp / "grader.py"
     script.write_text(GRADER)
     script.chmod(0o644)
@@ -251,10 +251,10 @@ def test_an_ordinary_user_without_user_namespaces(targets, tmp):
 
 ENV_GRADER = r'''
 import json, sys, time
-import autograder.sandbox as sandbox
-from autograder.config import Limits
-from autograder.notebook import Cell
-from autograder.student import Student
+import autograder.sandbox.grader_side as sandbox
+from autograder.course.config import Limits
+from autograder.notebooks.cells import Cell
+from autograder.grading.student import Student
 cell = "import shm_module, var_tmp_module, wave, torch\ndef found():\n    return [shm_module.X, var_tmp_module.X, sys.prefix]\nimport sys\n"
 sb = sandbox.Sandbox([Cell("setup_env", cell, 0)], {}, Limits(setup_seconds=120, disk_mb=8))
 sb.start()
@@ -316,8 +316,9 @@ sys.exit(main())
 def test_course_grade_refuses_a_machine_that_isolates_nothing(targets, tmp):
     """An ordinary user with neither user namespaces nor Landlock: `course grade` is a grader failure (exit 3)
     whose one line names what is missing and how to allow it; --allow-unisolated grades, at `process`."""
-    from autograder.examples import release_notebook, solved_sources, with_cells
     import nbformat
+
+    from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
     notebook = tmp / "alice.ipynb"
     nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)), notebook)
     notebook.chmod(0o644)
@@ -328,7 +329,7 @@ def test_course_grade_refuses_a_machine_that_isolates_nothing(targets, tmp):
     for extra in ([], ["--allow-unisolated"]):
         args = ["grade", str(notebook), "-a", AID, "--items", "scaled_dot_product_attention", "--device", "cpu",
                 "--json", str(targets["homes"][NOBODY] / f"result{len(runs)}.json"), *extra]
-        child = str(ROOT / "autograder" / "sandbox_child.py")
+        child = str(ROOT / "autograder" / "sandbox" / "child.py")
         runs.append(run_as(NOBODY, [sys.executable, str(script), child, *args], tmp, targets))
     refused, allowed = runs
     assert refused.returncode == 3, refused.stderr[-2000:]

@@ -9,9 +9,9 @@ import zmq.asyncio
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.session import Session
 
-from autograder import kernel_client
-from autograder.build import execute
-from autograder.kernel_client import RepollingChannel
+from autograder.notebooks import kernel_client
+from autograder.notebooks.build import execute
+from autograder.notebooks.kernel_client import RepollingChannel
 
 STALL_S = 5  # long against REPOLL_S (1 s): a wait still pending after it has missed the message
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.config import ROOT
-from autograder.sandbox import can_isolate
+from autograder.course.config import ROOT
+from autograder.sandbox.grader_side import can_isolate
 from tests import test_lifecycle
 from tests.test_corpus import AT_EVERY_LEVEL
 from tests.test_isolation_levels import run_as
@@ -71,7 +71,7 @@ def run_level(level, folder, tests):
         script = folder / "no_userns.py"
         script.write_text(NO_USERNS)
         script.chmod(0o644)
-        command = [sys.executable, str(script), str(ROOT / "autograder" / "sandbox_child.py"), *command[1:]]
+        command = [sys.executable, str(script), str(ROOT / "autograder" / "sandbox" / "child.py"), *command[1:]]
     run = run_as(uid, command, folder, {"homes": {uid: home}}, wrap, env=env)
     out = run.stdout + run.stderr
     summary = out.strip().splitlines()[-1] if out.strip() else ""

@@ -13,8 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.sandbox import SCRATCH_DIR, UID_BASE, UID_SPAN, can_isolate, descendants, processes
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+from autograder.sandbox.grader_side import SCRATCH_DIR, UID_BASE, UID_SPAN, can_isolate, descendants, processes
 from tests.test_batch import course_grade, stable
 from tests.test_corpus import ISOLATES, LEVEL
 

@@ -5,8 +5,8 @@ import struct
 import numpy as np
 import pytest
 
-from autograder.config import load_course
-from autograder.mnist import MnistMissing, data_source, load_mnist, read_idx
+from autograder.course.config import load_course
+from autograder.course.mnist import MnistMissing, data_source, load_mnist, read_idx
 
 
 def write_idx(path, array, code=0x08, compress=False):

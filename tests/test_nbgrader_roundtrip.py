@@ -13,10 +13,10 @@ from html import unescape
 import nbformat
 import pytest
 
-from autograder.build import HIDDEN_BEGIN, run_nbgrader
-from autograder.config import ROOT, load_course
-from autograder.grade import grade_notebook
-from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.course.config import ROOT, load_course
+from autograder.grading.grade import grade_notebook
+from autograder.notebooks.build import HIDDEN_BEGIN, run_nbgrader
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 
 pytestmark = pytest.mark.grading
 COURSE = load_course()

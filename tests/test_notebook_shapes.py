@@ -21,10 +21,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.build import run_nbgrader
-from autograder.config import ROOT, load_course
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.notebook import nbgrader_meta
+from autograder.course.config import ROOT, load_course
+from autograder.notebooks.build import run_nbgrader
+from autograder.notebooks.cells import nbgrader_meta
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.test_nbgrader_roundtrip import CONFIG, gradebook_scores
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
@@ -114,7 +114,7 @@ def test_nbgrader_grades_every_shape_in_full_with_its_note(tmp_path, graded_solu
 
 
 def test_course_grade_and_otter_grade_metadata_less_and_renamed_notebooks_in_full(tmp_path, graded_solutions):
-    from autograder.gradescope import export_gradescope
+    from autograder.integrations.gradescope import export_gradescope
     from tests.test_gradescope import otter_run
     started = time.monotonic()
     folder = tmp_path / "submissions"

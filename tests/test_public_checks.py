@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.build import PUBLIC_CHECKS
-from autograder.public_checks import SCALE_MISSING, PublicChecks, unscaled
+from autograder.notebooks.build import PUBLIC_CHECKS
+from autograder.notebooks.public_checks import SCALE_MISSING, PublicChecks, unscaled
 
 
 def test_the_helper_needs_only_torch_and_the_standard_library():

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.config import ROOT
-from autograder.examples import write_examples
-from autograder.pytest_plugin import GRADER_FAILED, GRADING, Grading, Settings, grading_of, suite_path
-from autograder.scoring import Outcome, results_json
+from autograder.course.config import ROOT
+from autograder.grading.plugin import GRADER_FAILED, GRADING, Grading, Settings, grading_of, suite_path
+from autograder.grading.scoring import Outcome, results_json
+from autograder.notebooks.examples import write_examples
 
 pytest_plugins = ["pytester"]
 AID = "lab14_transformers"
@@ -40,18 +40,18 @@ def test_the_session_is_kept_in_the_config_stash(pytester, monkeypatch):
     """grade_notebook's Grading and the one --submission makes are both found in config.stash, not by a scan."""
     given = Grading(Settings(submission=Path("x.ipynb")))
     pytester.plugins.append(given)
-    config = pytester.parseconfigure("-p", "autograder.pytest_plugin")
+    config = pytester.parseconfigure("-p", "autograder.grading.plugin")
     monkeypatch.setattr(config.pluginmanager, "get_plugins", lambda: pytest.fail("grading_of scanned the plugins"))
     assert config.stash[GRADING] is given and grading_of(config) is given
 
     pytester.plugins.remove(given)
-    made = pytester.parseconfigure("-p", "autograder.pytest_plugin", "--submission", "alice.ipynb",
+    made = pytester.parseconfigure("-p", "autograder.grading.plugin", "--submission", "alice.ipynb",
                                    "--assignment", AID, "--results-json", "out.json", "--no-experiments")
     grading = grading_of(made)
     assert isinstance(grading, Grading) and grading is not given
     assert grading.settings == Settings(submission=Path("alice.ipynb"), assignment=AID, experiments=False,
                                         results_json=Path("out.json"))
-    assert grading_of(pytester.parseconfigure("-p", "autograder.pytest_plugin")) is None
+    assert grading_of(pytester.parseconfigure("-p", "autograder.grading.plugin")) is None
 
 
 def test_results_json_reports_the_installed_packages_version(monkeypatch):

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import solutions.lab14_transformers as ref
-from autograder.scoring import seed_for
+from autograder.grading.scoring import seed_for
 from tests.tolerances import assert_close
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -646,7 +646,8 @@ def test_harness_registry_matches_course_and_ships_no_solution():
     and defines none of the graded items."""
     import ast
     import inspect
-    from autograder.config import load_course
+
+    from autograder.course.config import load_course
     h = _harness()
     course = load_course().assignment(AID)
     assert set(h.EXPERIMENTS) == set(course.experiments)
@@ -683,8 +684,9 @@ def test_make_shapes():
 
 def _run(name):
     """run_reference with the configured seeds; prints the measured figure beside the lecture's."""
-    from autograder.config import load_course
-    from autograder.experiments import format_row, run_reference
+    from autograder.course.config import load_course
+    from autograder.grading.experiments import run_reference
+    from autograder.reports.tables import format_row
     exp = load_course().assignment(AID).experiments[name]
     r = run_reference(AID, name, device="cpu")
     steps = r.history.get("steps")
@@ -693,7 +695,7 @@ def _run(name):
 
 
 def ungraded_experiments():
-    from autograder.config import load_course
+    from autograder.course.config import load_course
     return [n for n, e in load_course().assignment(AID).experiments.items() if not e.points]
 
 

@@ -593,8 +593,9 @@ def test_mha_cost_formula_and_constant_cost_line():
 
 @pytest.mark.experiment
 def test_experiment_gru_baseline(graded_solutions):
-    from autograder.config import load_course
-    from autograder.experiments import format_row, run_reference
+    from autograder.course.config import load_course
+    from autograder.grading.experiments import run_reference
+    from autograder.reports.tables import format_row
     exp = load_course().assignment("w8l4_transformers").experiments["gru_baseline"]
     r = run_reference("w8l4_transformers", "gru_baseline", device="cpu")
     transformer = next(t["extra_data"]["metrics"] for t in graded_solutions["w8l4_transformers"]["tests"]

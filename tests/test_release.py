@@ -9,9 +9,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.build import BEGIN, HIDDEN_BEGIN, item_cell, solve, sync, verify
-from autograder.config import ROOT, load_course
-from autograder.notebook import nbgrader_meta
+from autograder.course.config import ROOT, load_course
+from autograder.notebooks.build import BEGIN, HIDDEN_BEGIN, item_cell, solve, sync, verify
+from autograder.notebooks.cells import nbgrader_meta
 from tests.test_public_checks import table
 
 COURSE = load_course()
@@ -33,7 +33,7 @@ def execute(path, timeout, allow_errors=False, quick=False):
     import subprocess
     import sys
     out = path.with_name(path.stem + ".executed.ipynb")
-    code = ("import sys, nbformat; from autograder.build import execute; "
+    code = ("import sys, nbformat; from autograder.notebooks.build import execute; "
             "nbformat.write(execute(sys.argv[1], timeout=int(sys.argv[3]), allow_errors=sys.argv[4] == '1'), sys.argv[2])")
     proc = subprocess.run([sys.executable, "-c", code, str(path), str(out), str(timeout), str(int(allow_errors))],
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout * 3,
@@ -159,7 +159,7 @@ def test_the_release_runs_top_to_bottom_raising_only_not_implemented(tmp_path, a
 @pytest.mark.slow
 @pytest.mark.parametrize("aid", AIDS)
 def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, graded_solutions, aid):
-    from autograder.grade import grade_notebook
+    from autograder.grading.grade import grade_notebook
     path = solve(aid, tmp_path)
     text = path.read_text()
     assert BEGIN in text  # the instructor's copy keeps the regions, filled

@@ -1,10 +1,10 @@
 """The TA's readouts without grading: the terminal table at 21 items, reasons, the pages' escaping."""
 import json
 
-from autograder.class_report import class_report, normalised
-from autograder.config import load_course
-from autograder.scoring import Outcome, results_json
-from autograder.report import WIDTH, grade_table, lost_points, reason_lines
+from autograder.course.config import load_course
+from autograder.grading.scoring import Outcome, results_json
+from autograder.reports.class_report import class_report, normalised
+from autograder.reports.tables import WIDTH, grade_table, lost_points, reason_lines
 
 AID = "w8l1_attention_vision"
 LONG = ("max |out - reference| = 0.0125 at batch 1, head 3, query 7, column 12 (tolerance 1e-05) on the case "
@@ -90,12 +90,14 @@ def feedback_page(result):
     """nbgrader's feedback page of a notebook graded `result`, rendered as `nbgrader generate_feedback` renders it
     (nbgrader_config.py's exporter settings and FeedbackSummary; the grades nbgrader's GetGrades would add, fixed)."""
     import os
+
     import nbformat
     import nbgrader
     from nbconvert import HTMLExporter
     from traitlets.config.loader import PyFileConfigLoader
-    from autograder.config import ROOT
-    from autograder.nbgrader_plugin import RESULTS_KEY, FeedbackSummary
+
+    from autograder.course.config import ROOT
+    from autograder.integrations.nbgrader_plugin import RESULTS_KEY, FeedbackSummary
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     assert FeedbackSummary in config.GenerateFeedback.preprocessors
     config.HTMLExporter.extra_template_paths = [os.path.join(  # what nbgrader's GenerateFeedback adds
@@ -125,8 +127,8 @@ def test_student_text_is_escaped_exactly_once_on_the_feedback_page_and_in_the_cl
 
 
 def test_one_helper_puts_each_metric_beside_the_lecture_and_the_bound():
-    from autograder.config import Bound
-    from autograder.report import metric_rows
+    from autograder.course.config import Bound
+    from autograder.reports.tables import metric_rows
     rows = metric_rows({"acc": 0.912345, "loss": 0.5}, {"acc": 0.95, "speed": 3}, {"acc": Bound(min=0.9)})
     assert [r.name for r in rows] == ["acc", "loss", "speed"]  # the threshold's first, then measured, then lecture
     assert rows[0].text() == "acc 0.9123 (lecture 0.95) [>= 0.9]"
@@ -135,7 +137,8 @@ def test_one_helper_puts_each_metric_beside_the_lecture_and_the_bound():
 
 def test_the_csv_keeps_a_formula_looking_name_as_text(tmp_path):
     import csv
-    from autograder.report import write_csv
+
+    from autograder.reports.tables import write_csv
     items = list(load_course().assignment(AID).items)
     write_csv(tmp_path / "grades.csv", [("=HYPERLINK(\"http://x\",\"y\")", result()), ("-2+3", result()),
                                         ("alice", result())], items)

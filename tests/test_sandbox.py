@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.config import ROOT, Limits
-from autograder.student import Student
-from autograder.notebook import Cell
-from autograder.sandbox import Sandbox, SandboxFailure, StudentRaised, can_isolate
+from autograder.course.config import ROOT, Limits
+from autograder.grading.student import Student
+from autograder.notebooks.cells import Cell
+from autograder.sandbox.grader_side import Sandbox, SandboxFailure, StudentRaised, can_isolate
 
 pytestmark = pytest.mark.grading
 LIMITS = Limits(setup_seconds=60, item_seconds=20, experiment_seconds=60, memory_mb=1500, output_kb=4)
@@ -64,7 +64,7 @@ def whoami():
 def test_solutions_suites_and_course_files_are_invisible(probe):
     assert probe.isolation == "namespaces"
     for path in ["solutions/w8l4_transformers.py", "autograder/suites/w8l4_transformers.py", "course.yaml",
-                 "autograder/grade.py", ".git/HEAD", "assignments"]:
+                 "autograder/grading/grade.py", ".git/HEAD", "assignments"]:
         assert ask(probe, "can_read", str(ROOT / path)) is False, path
     assert ask(probe, "listing", str(ROOT / "solutions")) == []
     assert ask(probe, "whoami") != 0
@@ -105,7 +105,7 @@ def host_secrets(tmp_path):
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "not_isolated"])
 def test_the_host_network_and_files_are_out_of_reach_only_when_isolated(host_secrets, isolate, monkeypatch):
     """The same probes, once isolated and once not: the test itself can tell the two apart."""
-    import autograder.sandbox as sandbox
+    import autograder.sandbox.grader_side as sandbox
     if isolate and not can_isolate():
         pytest.skip("isolation needs root on Linux")
     monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
@@ -162,7 +162,7 @@ def test_printed_output_is_cut_at_the_limit():
 
 def sleepers(argument):
     """(pid, start time) of the machine's live `sleep <argument>` processes, seen from outside any sandbox."""
-    from autograder.sandbox import processes
+    from autograder.sandbox.grader_side import processes
     found = []
     for pid in processes():
         try:
@@ -192,7 +192,8 @@ def test_a_background_process_does_not_outlive_the_sandbox(isolate, monkeypatch)
     """The student's own `sleep`, in a session of its own, still running when its call passes the deadline: the
     sandbox is ended mid-request (no end-of-request cleanup ran), and that very process must be gone with it."""
     import threading
-    import autograder.sandbox as sandbox
+
+    import autograder.sandbox.grader_side as sandbox
     if isolate and not can_isolate():
         pytest.skip("isolation needs root on Linux")
     monkeypatch.setattr(sandbox, "can_isolate", lambda: isolate)
@@ -230,7 +231,7 @@ def test_a_background_process_does_not_outlive_the_sandbox(isolate, monkeypatch)
 
 def test_a_sandbox_that_isolates_nothing_is_refused_unless_allowed(monkeypatch):
     """The process level (no fresh uid, no namespaces, no Landlock) is a grader failure naming the way out."""
-    import autograder.sandbox as sandbox
+    import autograder.sandbox.grader_side as sandbox
     monkeypatch.setattr(sandbox, "can_isolate", lambda: False)
     monkeypatch.setattr(sandbox, "can_contain", lambda: False)
     monkeypatch.delenv("COURSE_ALLOW_UNISOLATED", raising=False)
@@ -282,7 +283,8 @@ def test_a_state_dict_longer_than_a_screen_comes_back_whole():
 def test_a_sandbox_starts_after_the_thread_that_started_the_zygote_has_ended():
     """Batch workers are threads: the zygote must outlive the one that happened to start it."""
     import threading
-    from autograder.sandbox import ZYGOTE
+
+    from autograder.sandbox.grader_side import ZYGOTE
     first = sandbox_of(("setup_a", "x = 1"))
     worker = threading.Thread(target=first.start)
     worker.start()
@@ -299,7 +301,7 @@ def test_a_sandbox_starts_after_the_thread_that_started_the_zygote_has_ended():
 
 
 def test_a_dead_zygote_is_replaced_at_the_next_start():
-    from autograder.sandbox import ZYGOTE
+    from autograder.sandbox.grader_side import ZYGOTE
     with sandbox_of(("setup_a", "x = 1")):
         pass
     ZYGOTE.proc.kill()  # not yet reaped: the next start finds it dead, or fails to send and starts another
@@ -309,7 +311,7 @@ def test_a_dead_zygote_is_replaced_at_the_next_start():
 
 def test_two_sandboxes_never_share_a_uid(monkeypatch):
     """The kill is by uid, so each sandbox leases its own: even when every pick starts at the same place."""
-    import autograder.sandbox_accounting as accounting
+    import autograder.sandbox.accounting as accounting
     monkeypatch.setattr(accounting.time, "monotonic_ns", lambda: 0)
     leases = [accounting.lease_uid() for _ in range(20)]
     try:
@@ -324,7 +326,7 @@ def test_two_sandboxes_never_share_a_uid(monkeypatch):
 
 def test_parallel_sandboxes_get_their_share_of_the_cores():
     """With several submissions graded at once each sandbox runs torch on its share of the cores."""
-    from autograder.sandbox import threads_per_worker
+    from autograder.sandbox.grader_side import threads_per_worker
     cores = len(os.sched_getaffinity(0))
     assert threads_per_worker(1) is None
     assert threads_per_worker(2) == max(1, cores // 2)
@@ -338,8 +340,8 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
 def test_a_sandbox_that_cannot_start_names_the_cause(monkeypatch):
     """The zygote's own error (here: numpy not on its import path) is in the grader's message, not just
     'could not be started'."""
-    import autograder.sandbox as sandbox
-    import autograder.sandbox_zygote as zygote
+    import autograder.sandbox.grader_side as sandbox
+    import autograder.sandbox.zygote as zygote
     monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
     monkeypatch.setattr(zygote, "import_path", lambda: ["/nonexistent-course-path"])
     try:

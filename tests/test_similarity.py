@@ -5,10 +5,10 @@ import json
 import nbformat
 import pytest
 
-from autograder import batch
-from autograder.class_report import class_report, similar_text
-from autograder.config import course_root, load_course
-from autograder.similarity import program, programs, released_programs
+from autograder.batch import run as batch
+from autograder.course.config import course_root, load_course
+from autograder.reports.class_report import class_report, similar_text
+from autograder.reports.similarity import program, programs, released_programs
 from tests.test_report import result
 
 AID = "lab14_transformers"  # items: 1 scaled_dot_product_attention, 2 manual_multihead, ..., 5 make_memory_dataset
@@ -265,7 +265,7 @@ def test_a_notebook_moved_or_changed_since_grading_is_named_not_compared(graded)
 
 
 def test_pairs_alike_on_the_same_items_are_one_group():
-    from autograder.similarity import Group, Program, item_ranges, similar_groups
+    from autograder.reports.similarity import Group, Program, item_ranges, similar_groups
     big, other, small = Program("k1", 50), Program("k2", 50), Program("k3", 5)
     found = {"alice": {"a": big, "b": big, "c": small}, "bob": {"a": big, "b": big, "c": small},
              "carol": {"a": big, "b": big}, "dave": {"a": big, "b": other, "c": small}}
@@ -277,7 +277,8 @@ def test_pairs_alike_on_the_same_items_are_one_group():
 
 
 def test_a_wrong_similarity_setting_is_an_error_naming_the_key():
-    from autograder.config import ConfigError, parse_course
+    from autograder.course.config import parse_course
+    from autograder.errors import ConfigError
     assert "similarity" not in load_course().model_dump()  # not in batch.grader_identity: no regrade for a report
     text = (course_root() / "course.yaml").read_text()
     assert "\nsimilarity:\n  enabled: " in text

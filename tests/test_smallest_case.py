@@ -9,12 +9,12 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-from autograder.checks import Fail
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.experiments import reference_parts
-from autograder.grade import grade_notebook
-from autograder.sandbox import StudentRaised
-from autograder.smallest_case import Search, compare, find, smallest_case
+from autograder.grading.checks import Fail
+from autograder.grading.experiments import reference_parts
+from autograder.grading.grade import grade_notebook
+from autograder.grading.smallest_case import Search, compare, find, smallest_case
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+from autograder.sandbox.grader_side import StudentRaised
 from tests.planted import planted, variant_source
 
 pytestmark = pytest.mark.grading

@@ -20,8 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.config import ROOT, load_course
-from autograder.examples import release_notebook, solved_sources, with_cells
+from autograder.course.config import ROOT, load_course
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 
 pytestmark = pytest.mark.grading
 AID = "lab14_transformers"

@@ -14,23 +14,24 @@ import nbformat
 import pytest
 import torch
 
-from autograder.config import ROOT, ConfigError, Limits, load_course, parse_course
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.experiments import students_training_error
-from autograder.grade import grade_notebook
-from autograder.notebook import Cell
-from autograder.report import item_summary
-from autograder.sandbox import Sandbox, StudentRaised
-from autograder.scoring import tripwire_table
-from autograder.student import Student
+from autograder.course.config import ROOT, Limits, load_course, parse_course
+from autograder.errors import ConfigError
+from autograder.grading.experiments import students_training_error
+from autograder.grading.grade import grade_notebook
+from autograder.grading.scoring import tripwire_table
+from autograder.grading.student import Student
+from autograder.notebooks.cells import Cell
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+from autograder.reports.tables import item_summary
+from autograder.sandbox.grader_side import Sandbox, StudentRaised
 
 LIMITS = Limits(setup_seconds=60, item_seconds=30, experiment_seconds=60)
 BUILT = "getattr(F, 'scaled_dot_' + 'product_attention')"  # no oracle name in the code: the static scan sees nothing
 
 
 def sandbox_child():
-    """autograder/sandbox_child.py as a module (it is a standalone script: importing it runs nothing)."""
-    spec = importlib.util.spec_from_file_location("sandbox_child_under_test", ROOT / "autograder" / "sandbox_child.py")
+    """autograder/sandbox/child.py as a module (it is a standalone script: importing it runs nothing)."""
+    spec = importlib.util.spec_from_file_location("sandbox_child_under_test", ROOT / "autograder" / "sandbox" / "child.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -37,9 +37,9 @@ import pytest
 import yaml
 
 from autograder import cli
-from autograder.config import ROOT, load_course
-from autograder.examples import release_notebook, solved_sources, with_cells
-from autograder.pytest_plugin import suite_path
+from autograder.course.config import ROOT, load_course
+from autograder.grading.plugin import suite_path
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 
 pytestmark = pytest.mark.grading
 COURSE = load_course()

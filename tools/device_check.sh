@@ -12,11 +12,11 @@ export PYTHONPATH=$PWD COURSE_MNIST_DIR=$PWD/.mnist COURSE_MNIST_DOWNLOAD=0 PYTH
 nvidia-smi -L
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0))"
 for aid in lab14_transformers w8l4_transformers w8l1_attention_vision; do
-  python3 -c "from autograder.examples import write_examples; write_examples('$aid', '/tmp/ex/$aid')" || exit 1
+  python3 -c "from autograder.notebooks.examples import write_examples; write_examples('$aid', '/tmp/ex/$aid')" || exit 1
   for example in complete partly_right; do
     extra=(); [ "$example" = complete ] || extra=(--no-experiments)
     start=$(date +%s.%N)
-    python3 -m pytest "autograder/suites/test_$aid.py" -p autograder.pytest_plugin -p no:cacheprovider -o addopts= -q \
+    python3 -m pytest "autograder/suites/test_$aid.py" -p autograder.grading.plugin -p no:cacheprovider -o addopts= -q \
       --submission "/tmp/ex/$aid/$example/$aid.ipynb" --device cuda --results-json "$OUT/${aid}_$example.json" "${extra[@]}" \
       2>&1 | grep -v "^\.\|^$" | tail -15
     echo "TIME $aid $example $(python3 -c "import time; print(round(time.time() - $start, 1))") s"

@@ -12,9 +12,9 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from autograder.config import load_course  # noqa: E402
-from autograder.examples import release_notebook, solved_sources, with_cells  # noqa: E402
-from autograder.grade import grade_notebook  # noqa: E402
+from autograder.course.config import load_course  # noqa: E402
+from autograder.grading.grade import grade_notebook  # noqa: E402
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells  # noqa: E402
 from tests.planted import planted, rounds, scores, variant_source  # noqa: E402
 
 

@@ -107,7 +107,7 @@ def _fit_steps(model, cfg, lr, batch_loss, validate, metric, margin):
 
 def _mnist(device):
     """(X_train, X_test) float32 (N, 784) in [0, 1] on `device`."""
-    from autograder.mnist import load_mnist
+    from autograder.course.mnist import load_mnist
     X_train, _, X_test, _ = load_mnist(n_train=N_TRAIN, n_test=N_TEST)
     return X_train.to(device), X_test.to(device)
 

@@ -1,0 +1,1 @@
+"""The hidden suites: one pytest module per assignment, test_<id>.py, written as docs/SUITES.md shows."""

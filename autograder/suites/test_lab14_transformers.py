@@ -7,12 +7,34 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_tensor, check_true,
-                               check_tuple, copy_state, int_seed, randn, sinusoid_table, tol, unscaled,
-                               unscaled_mha)
-from autograder.pytest_plugin import Fresh, Remote, reference
-from autograder.smallest_case import (Search, attention_case, dim, function_search, gradient_search, ints,
-                                      smallest_case, st, with_upstream)
+from autograder.grading.checks import (
+    SCALE_MISSING,
+    Fail,
+    attention_oracle,
+    check_close,
+    check_tensor,
+    check_true,
+    check_tuple,
+    copy_state,
+    int_seed,
+    randn,
+    sinusoid_table,
+    tol,
+    unscaled,
+    unscaled_mha,
+)
+from autograder.grading.plugin import Fresh, Remote, reference
+from autograder.grading.smallest_case import (
+    Search,
+    attention_case,
+    dim,
+    function_search,
+    gradient_search,
+    ints,
+    smallest_case,
+    st,
+    with_upstream,
+)
 
 ref = reference("lab14_transformers")
 

@@ -17,11 +17,32 @@ import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.decomposition import PCA
 
-from autograder.checks import (SCALE_MISSING, Fail, check_close, check_number, check_tensor, check_true,
-                               check_tuple, copy_state, dtype_name, int_seed, randn, tol, unscaled)
-from autograder.pytest_plugin import Remote, Seeded, reference
-from autograder.smallest_case import (bool_mask, dim, function_search, gradient_search, ints, smallest_case,
-                                      st, with_upstream)
+from autograder.grading.checks import (
+    SCALE_MISSING,
+    Fail,
+    check_close,
+    check_number,
+    check_tensor,
+    check_true,
+    check_tuple,
+    copy_state,
+    dtype_name,
+    int_seed,
+    randn,
+    tol,
+    unscaled,
+)
+from autograder.grading.plugin import Remote, Seeded, reference
+from autograder.grading.smallest_case import (
+    bool_mask,
+    dim,
+    function_search,
+    gradient_search,
+    ints,
+    smallest_case,
+    st,
+    with_upstream,
+)
 
 ref = reference("w8l1_attention_vision")
 

@@ -11,11 +11,35 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_number, check_tensor,
-                               check_true, check_tuple, dtype_name, randn, sinusoid_table, tol, unscaled, unscaled_mha)
-from autograder.pytest_plugin import Opaque, Remote, Seeded, reference
-from autograder.smallest_case import (Search, attention_case, bool_mask, dim, function_search, gradient_search, ints,
-                                      smallest_case, st, with_upstream)
+from autograder.grading.checks import (
+    SCALE_MISSING,
+    Fail,
+    attention_oracle,
+    check_close,
+    check_number,
+    check_tensor,
+    check_true,
+    check_tuple,
+    dtype_name,
+    randn,
+    sinusoid_table,
+    tol,
+    unscaled,
+    unscaled_mha,
+)
+from autograder.grading.plugin import Opaque, Remote, Seeded, reference
+from autograder.grading.smallest_case import (
+    Search,
+    attention_case,
+    bool_mask,
+    dim,
+    function_search,
+    gradient_search,
+    ints,
+    smallest_case,
+    st,
+    with_upstream,
+)
 
 ref = reference("w8l4_transformers")
 

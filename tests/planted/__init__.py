@@ -3,11 +3,11 @@ graded in (tests/test_grading.py, tools/device_planted.py, tools/mutate_checks.p
 reasons a check is not isolated yet."""
 import importlib
 
-from autograder.build import item_cell
-from autograder.config import load_course
-from autograder.examples import mutate
-from autograder.notebook import names_used
-from autograder.report import item_summary
+from autograder.course.config import load_course
+from autograder.notebooks.build import item_cell
+from autograder.notebooks.cells import names_used
+from autograder.notebooks.examples import mutate
+from autograder.reports.tables import item_summary
 
 # Why a check is not isolated yet (a reason, not an excuse: each is work left).
 SHAPES_TODO = ("covered but not isolated: its shape slip (SHAPE_SLIPS) breaks the values check too, which compares shapes "

@@ -1,4 +1,4 @@
-"""autograder/checks.py: every checker passes the right answer and fails a wrong one with a message that says what
+"""autograder/grading/checks.py: every checker passes the right answer and fails a wrong one with a message that says what
 was expected and what came back, its arguments in the order (name, ref, got)."""
 import math
 from types import SimpleNamespace
@@ -6,10 +6,26 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from autograder.checks import (SCALE_MISSING, Fail, attention_oracle, check_close, check_device, check_number,
-                               check_shape, check_signature, check_tensor, check_true, check_tuple, copy_state,
-                               int_seed, parse_signature, randn, sinusoid_table, tol)
-from autograder.sandbox import Opaque, Remote
+from autograder.grading.checks import (
+    SCALE_MISSING,
+    Fail,
+    attention_oracle,
+    check_close,
+    check_device,
+    check_number,
+    check_shape,
+    check_signature,
+    check_tensor,
+    check_true,
+    check_tuple,
+    copy_state,
+    int_seed,
+    parse_signature,
+    randn,
+    sinusoid_table,
+    tol,
+)
+from autograder.sandbox.grader_side import Opaque, Remote
 
 
 def fails(fn, *args, **kwargs):

@@ -1,4 +1,4 @@
-"""The nbgrader preprocessors of autograder/nbgrader_plugin.py on small notebooks, without a kernel or a gradebook:
+"""The nbgrader preprocessors of autograder/integrations/nbgrader_plugin.py on small notebooks, without a kernel or a gradebook:
 the repair before sanitising, the grader's scores in the test cells (as nbgrader reads them), the feedback summary.
 CourseAutograde's choice of notebook is tested in test_repair.py."""
 import shutil
@@ -8,8 +8,8 @@ import pytest
 from nbgrader.converters.base import NbGraderException
 from nbgrader.utils import determine_grade
 
-import autograder.grade
-from autograder.nbgrader_plugin import FeedbackSummary, RepairSubmission, TrustedGrade
+import autograder.grading.grade
+from autograder.integrations.nbgrader_plugin import FeedbackSummary, RepairSubmission, TrustedGrade
 
 
 def resources(**extra):
@@ -69,7 +69,7 @@ def grader(monkeypatch):
     def grade_notebook(path, aid, device="auto", **kwargs):
         asked.append((nbformat.read(path, as_version=4), aid, device))
         return {**RESULT, "extra_data": dict(RESULT["extra_data"])}
-    monkeypatch.setattr(autograder.grade, "grade_notebook", grade_notebook)
+    monkeypatch.setattr(autograder.grading.grade, "grade_notebook", grade_notebook)
     return asked
 
 
@@ -92,7 +92,7 @@ def test_the_graders_scores_land_in_the_test_cells_as_nbgrader_reads_them(grader
 
 def test_a_stub_scores_zero_in_its_test_cell(monkeypatch, fixture_path):
     zero = {**RESULT, "tests": [{**t, "score": 0.0} for t in RESULT["tests"]]}
-    monkeypatch.setattr(autograder.grade, "grade_notebook", lambda path, aid, device="auto", **kw: zero)
+    monkeypatch.setattr(autograder.grading.grade, "grade_notebook", lambda path, aid, device="auto", **kw: zero)
     graded, _ = TrustedGrade().preprocess(nbformat.read(fixture_path("release.ipynb"), as_version=4), resources())
     assert [determine_grade(c) for c in graded.cells if c.metadata.get("nbgrader", {}).get("points")] == \
         [(0.0, 3.0), (0.0, 2.0)]
@@ -102,7 +102,7 @@ def test_a_test_cell_the_grader_has_no_result_for_is_an_error_not_nbgraders_full
     """nbgrader reads a test cell without output as passed: a release whose cell course.yaml does not know must stop
     the autograde of that submission, naming the cell, not hand out its points."""
     without_scaler = {**RESULT, "tests": [t for t in RESULT["tests"] if t["item"] != "Scaler"]}
-    monkeypatch.setattr(autograder.grade, "grade_notebook", lambda path, aid, device="auto", **kw: without_scaler)
+    monkeypatch.setattr(autograder.grading.grade, "grade_notebook", lambda path, aid, device="auto", **kw: without_scaler)
     with pytest.raises(RuntimeError, match="no result for test cell 'test_Scaler'"):
         TrustedGrade().preprocess(nbformat.read(fixture_path("release.ipynb"), as_version=4), resources())
 

@@ -1,12 +1,19 @@
-"""autograder/notebook.py: reading a submission, finding its cells by metadata or by name, what a cell defines and
+"""autograder/notebooks/cells.py: reading a submission, finding its cells by metadata or by name, what a cell defines and
 uses, and the released setup cells (test_repair.py has the by-name lookup on stripped notebooks)."""
 import json
 
 import pytest
 
-from autograder import notebook
-from autograder.notebook import (defined_names, extract, fingerprint, load_student_code, names_used, read_notebook,
-                                 restore_setup_cells)
+from autograder.notebooks import cells as notebook
+from autograder.notebooks.cells import (
+    defined_names,
+    extract,
+    fingerprint,
+    load_student_code,
+    names_used,
+    read_notebook,
+    restore_setup_cells,
+)
 
 
 def test_a_notebook_reads_as_its_json(fixture_path):

@@ -1,4 +1,4 @@
-"""The grading plugin's rules (autograder/pytest_plugin.py), each on a tiny suite run with pytester in this process
+"""The grading plugin's rules (autograder/grading/plugin.py), each on a tiny suite run with pytester in this process
 as a TA runs one (`pytest SUITE --submission NB`), against lab14_transformers' course.yaml entry and release.
 
 What a rule decides is read from the session's results.json and exit code: which failures are the student's (a
@@ -17,8 +17,8 @@ import hypothesis  # noqa: F401
 import IPython  # noqa: F401
 import pytest
 
-from autograder.config import ROOT, load_course
-from autograder.pytest_plugin import GRADER_FAILED
+from autograder.course.config import ROOT, load_course
+from autograder.grading.plugin import GRADER_FAILED
 
 AID = "lab14_transformers"
 SDPA = "scaled_dot_product_attention"
@@ -27,7 +27,7 @@ HEAD = f'''
 import pytest
 import torch
 
-from autograder.checks import check_close, check_shape
+from autograder.grading.checks import check_close, check_shape
 
 SDPA = "{SDPA}"
 
@@ -89,7 +89,7 @@ def test_gradients(student, rng):
 
 @pytest.mark.item("PositionalEncoding", "shapes")
 def test_pe_shapes(student):
-    from autograder.sandbox import SandboxFailure
+    from autograder.sandbox.grader_side import SandboxFailure
     raise SandboxFailure("timeout", "ran out of its time limit")  # what the student proxy raises past the deadline
 '''
 
@@ -177,7 +177,7 @@ def test_a_stub_an_oracle_used_or_a_wrong_signature_zeroes_the_whole_item(grade)
 @pytest.mark.parametrize("body, cause", [
     ("undefined_helper(student)", "NameError"),  # the suite's own bug
     ("torch.zeros(2, 3) @ torch.zeros(4, 5)", "RuntimeError"),  # an error a wrong answer could cause, before any answer
-    ('from autograder.sandbox import SandboxFailure\n    raise SandboxFailure("sandbox", "the grader\'s process died")',
+    ('from autograder.sandbox.grader_side import SandboxFailure\n    raise SandboxFailure("sandbox", "the grader\'s process died")',
      "SandboxFailure"),  # the grader's own side of the sandbox
 ], ids=["suite_bug", "error_before_asking", "grader_side_of_the_sandbox"])
 def test_a_suite_that_breaks_is_a_grader_failure_and_scores_nobody(grade, body, cause):

@@ -6,14 +6,26 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import sandbox_protocol as protocol
-from autograder.config import ROOT, Limits
-from autograder.sandbox import Sandbox
-from autograder.sandbox_protocol import (MAX_ANSWER_BYTES, OPS, Fresh, Opaque, ProtocolError, Remote, Seeded,
-                                         StudentRaised, from_grader, from_student, to_grader, to_student)
-from autograder.state import assign_state
+from autograder.course.config import ROOT, Limits
+from autograder.sandbox import protocol
+from autograder.sandbox.grader_side import Sandbox
+from autograder.sandbox.protocol import (
+    MAX_ANSWER_BYTES,
+    OPS,
+    Fresh,
+    Opaque,
+    ProtocolError,
+    Remote,
+    Seeded,
+    StudentRaised,
+    from_grader,
+    from_student,
+    to_grader,
+    to_student,
+)
+from autograder.sandbox.state import assign_state
 
-CHILD = ROOT / "autograder" / "sandbox_child.py"
+CHILD = ROOT / "autograder" / "sandbox" / "child.py"
 
 
 def on_the_wire(value, tensors):
@@ -213,13 +225,13 @@ def test_the_student_side_loads_the_protocol_by_path_from_its_own_folder():
     child = load_child()
     assert child.PROTOCOL is None
     child.load_helpers()
-    assert child.PROTOCOL.__file__ == str(ROOT / "autograder" / "sandbox_protocol.py")
+    assert child.PROTOCOL.__file__ == str(ROOT / "autograder" / "sandbox" / "protocol.py")
     assert child.PROTOCOL.TENSOR == "T" and child.PROTOCOL.to_grader is not protocol.to_grader
 
 
 def test_the_protocol_imports_nothing_of_the_course():
     """The student's process loads it where no course file exists: only the standard library, torch, safetensors."""
-    tree = ast.parse((ROOT / "autograder" / "sandbox_protocol.py").read_text())
+    tree = ast.parse((ROOT / "autograder" / "sandbox" / "protocol.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -1,4 +1,4 @@
-"""autograder/repair.py and the by-name lookup of autograder/notebook.py on small in-memory notebooks (no sandbox)."""
+"""autograder/notebooks/repair.py and the by-name lookup of autograder/notebooks/cells.py on small in-memory notebooks (no sandbox)."""
 import copy
 from types import SimpleNamespace
 
@@ -6,9 +6,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.notebook import defined_names, extract, restore_setup_cells
-from autograder.repair import repair
-from autograder.scoring import scratch_violation
+from autograder.grading.scoring import scratch_violation
+from autograder.notebooks.cells import defined_names, extract, restore_setup_cells
+from autograder.notebooks.repair import repair
 
 SQUARE = "def square(x):\n    return x * x\n"
 SCALER = "class Scaler:\n    def __init__(self, k):\n        self.k = k\n"
@@ -154,7 +154,7 @@ def test_by_name_the_setup_cells_are_still_restored_and_the_from_scratch_scan_st
 
 
 def test_the_feedback_page_shows_each_repair_on_a_line_of_its_own():
-    from autograder.feedback_html import summary_html
+    from autograder.reports.feedback import summary_html
     result = {"output": "one; two; setup cell 'setup_x' was changed", "tests": [],
               "extra_data": {"assignment": "lab14_transformers", "repairs": ["one", "two"]}}
     assert "<p class='lost student-text'>one\ntwo\nsetup cell &#39;setup_x&#39; was changed</p>" in summary_html(result)
@@ -163,7 +163,8 @@ def test_the_feedback_page_shows_each_repair_on_a_line_of_its_own():
 def autograde_in(root, *names, content=None):
     """nbgrader's converter as `nbgrader autograde` makes it, for bob's submission of `names` to a1 (notebook lab)."""
     from nbgrader.coursedir import CourseDirectory
-    from autograder.nbgrader_plugin import CourseAutograde
+
+    from autograder.integrations.nbgrader_plugin import CourseAutograde
     folder = root / "submitted" / "bob" / "a1"
     folder.mkdir(parents=True)
     for name in names:
@@ -193,7 +194,7 @@ def test_two_notebooks_of_other_names_or_a_broken_file_stop_the_student_with_the
 
 
 def test_a_file_that_is_not_a_notebook_says_to_submit_the_ipynb(tmp_path):
-    from autograder.notebook import read_notebook
+    from autograder.notebooks.cells import read_notebook
     py = tmp_path / "lab14_transformers.py"
     py.write_text("def attention(Q, K, V):\n    return V\n")
     nb, error = read_notebook(py)

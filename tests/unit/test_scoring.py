@@ -1,12 +1,12 @@
-"""autograder/scoring.py: check seeds, how a (item, kind) folds its tests into one score, the item rules'
+"""autograder/grading/scoring.py: check seeds, how a (item, kind) folds its tests into one score, the item rules'
 reasons, the from-scratch scan, the tripwire table and results.json's shape."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from autograder.config import parse_course
-from autograder.scoring import Outcome, results_json, scratch_violation, seed_for, tripwire_table, zero_reason
+from autograder.course.config import parse_course
+from autograder.grading.scoring import Outcome, results_json, scratch_violation, seed_for, tripwire_table, zero_reason
 
 COURSE = """
 course: tiny

@@ -1,0 +1,1 @@
+"""Grading many notebooks: finding submissions, the results folder, workers."""

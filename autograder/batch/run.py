@@ -1,0 +1,260 @@
+"""Grade many submissions: in parallel, resumable, each result written the moment it is done.
+
+Each submission is one pytest session (autograder/grading/grade.py). pytest is not thread-safe, so with several
+workers each runs in a worker process of its own (started once per batch: the cost of importing torch is paid
+per worker, not per submission); with one worker, sessions run in this process.
+
+A results folder (`--results-dir`) holds one result per submission name, and a saved result is reused only when
+it is the same grading: the identity stored in its `extra_data.grading` (assignment, sha256 of the notebook's
+bytes, items requested, the grader's digest) must equal this run's. An `--items` run into a folder holding the
+submission's full result (or a partial one of other items) by the same grader regrades those items and merges
+them into it; anything else is graded afresh and replaces what was saved.
+"""
+import fcntl
+import hashlib
+import importlib
+import inspect
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from autograder.course.config import course_root, load_course
+from autograder.grading.cache import atomic_write, grader_digest
+from autograder.grading.grade import grade_notebook
+from autograder.sandbox.grader_side import threads_per_worker
+
+WORKER_EXIT_SECONDS = 30  # an interrupted worker closes its sandbox and lock in well under this
+
+
+def find_submissions(paths, aid):
+    """(name, notebook) for each argument: a notebook, or a folder searched for notebooks (its first level names
+    the student). A notebook named <aid>.ipynb takes its folder's name. Names are never empty and are unique:
+    a name found twice is told apart by the folders above it (secA/alice, secB/alice)."""
+    found = []  # (origin: the path that names the submission, notebook)
+    for arg in map(Path, paths):
+        if arg.is_file():
+            found.append((arg, arg))
+            continue
+        notebooks = sorted(p for p in arg.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        for nb in notebooks:
+            rel = nb.relative_to(arg)
+            found.append((arg / rel.parts[0] if len(rel.parts) > 1 else nb, nb))
+        if not notebooks:
+            found.append((arg, arg))  # reported as unreadable, never silently dropped
+    labels = [_label_parts(origin, aid) for origin, _ in found]
+    names = _distinct(labels)
+    return list(zip(names, (nb for _, nb in found)))
+
+
+def _label_parts(origin, aid):
+    """The resolved path naming a submission, as parts ending in its name: a cwd-relative 'x.ipynb' has a folder."""
+    origin = origin.resolve()  # Path('lab14.ipynb').parent.name is '': the folder's real name is wanted
+    if origin.name == f"{aid}.ipynb":
+        origin = origin.parent
+    parts = [p for p in origin.parts if p != origin.anchor] or ["submission"]
+    parts[-1] = parts[-1][:-len(".ipynb")] if parts[-1].endswith(".ipynb") else parts[-1]
+    return parts
+
+
+def _distinct(labels):
+    """Each label's last part, with as many folders above it as it takes to tell apart names found twice;
+    the same path twice (two notebooks in one student's folder, or one file given twice) gets name~2."""
+    names = [parts[-1] for parts in labels]
+    for name in set(names):
+        group = [k for k, n in enumerate(names) if n == name]
+        distinct = len({tuple(labels[k]) for k in group})
+        for depth in range(1, max(len(labels[k]) for k in group) + 1):
+            shown = {k: "/".join(labels[k][-depth:]) for k in group}
+            if len(set(shown.values())) == distinct:
+                break
+        for k in group:
+            names[k] = shown[k]
+    seen = {}
+    for k, name in enumerate(names):
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            names[k] = f"{name}~{seen[name]}"
+    return names
+
+
+def failed_result(aid, name, reason):
+    """A result for a submission the grader itself could not finish: the cause and no score (`grader_error`: the
+    table, --json and --csv show none, never a 0); not saved in --results-dir, so the next run grades it again."""
+    return {"score": 0.0, "max_score": 0.0, "output": reason, "visibility": "visible", "tests": [],
+            "extra_data": {"assignment": aid, "notebook": name, "grader_error": True}}
+
+
+def grader_identity(aid, device="auto"):
+    """One hash of everything besides the submission that decides its grade: the grader's code (suites and
+    harnesses included), the reference solutions, the course's configuration, the released setup cells, torch,
+    the device and MNIST's source. The sandbox's CPU thread count is left out: it is how the machine is shared
+    (`--workers`), and a resumed batch may use another."""
+    from autograder.grading.experiments import data_source_of, resolve_device
+    course = load_course()
+    released = course_root() / "release" / aid / f"{aid}.ipynb"
+    parts = {"code": grader_digest(), "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")),
+             "course": course.model_dump(mode="json", exclude={"path", "assignments"}),
+             "assignment": course.assignment(aid).model_dump(mode="json"),
+             "release": file_digest(released) if released.is_file() else "", "torch": torch.__version__,
+             "device": resolve_device(device if device != "auto" else course.device), "data": data_source_of(aid)}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def file_digest(path):
+    """sha256 of a file's bytes; '' for what is not a file (a folder without a notebook is graded as unreadable)."""
+    path = Path(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+def grade_one(name, notebook, aid, items, device, results_dir, threads=None, grader=None):
+    """(result, how): how is 'graded', 'reused' (the saved result is the same grading) or 'merged' (the items
+    regraded into the saved result); under a lock, so that runs sharing a results folder grade each once."""
+    if results_dir is None:
+        return _grade(name, notebook, aid, items, device, threads), "graded"
+    identity = {"assignment": aid, "submission": file_digest(notebook), "items": sorted(items) if items else None,
+                "grader": grader or grader_identity(aid, device)}
+    out = results_dir / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)  # a name told apart by its folders: secA/alice
+    with result_lock(out.parent / f".{out.name[:-len('.json')]}.lock"):
+        saved = _saved(out)
+        same = saved.get("extra_data", {}).get("grading") or {}
+        if all(same.get(k, "") == identity[k] for k in identity):
+            return saved, "reused"
+        by_same_grader = all(same.get(k, "") == identity[k] for k in ("assignment", "submission", "grader"))
+        result = _grade(name, notebook, aid, items, device, threads)
+        if result.get("extra_data", {}).get("grader_error"):  # a grader failure is retried on the next run
+            return result, "graded"
+        how = "graded"
+        if items and by_same_grader and saved.get("tests"):
+            result, how = merged(saved, result, items), "merged"
+            identity["items"] = None if same["items"] is None else sorted(set(same["items"]) | set(items))
+        elif saved and same.get("source") not in (None, str(Path(notebook).resolve())):
+            print(f"{out}: held the result of {same['source']}, another notebook named {name}; replaced by "
+                  f"{Path(notebook).resolve()} (grade sections into separate folders to keep both)", file=sys.stderr)
+        result.setdefault("extra_data", {})["grading"] = {**identity, "source": str(Path(notebook).resolve())}
+        atomic_write(out, json.dumps(result, indent=1))
+        return result, how
+
+
+def _saved(path):
+    """The saved result at path, or {} (none, unreadable, or not a result)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) and isinstance(saved.get("tests"), list) else {}
+
+
+def merged(saved, fresh, items):
+    """The saved result with the tests of `items` replaced by the fresh grading's (in the saved order of items),
+    its totals recomputed; the rest of the fresh result (notes, versions) describes this run."""
+    fresh_tests = {}
+    for test in fresh["tests"]:
+        fresh_tests.setdefault(test["item"], []).append(test)
+    order = list(dict.fromkeys([t["item"] for t in saved["tests"]] + list(fresh_tests)))
+    tests = [t for item in order
+             for t in (fresh_tests.get(item, []) if item in items else
+                       [t for t in saved["tests"] if t["item"] == item])]
+    extra = {**fresh.get("extra_data", {}), "regraded": sorted(items)}
+    return {**fresh, "score": round(sum(t["score"] for t in tests), 4), "max_score": sum(t["max_score"] for t in tests),
+            "tests": tests, "extra_data": extra}
+
+
+@contextmanager
+def result_lock(path):
+    """An flock on `path`, removed when released: two graders sharing a results folder wait for each other.
+
+    The holder unlinks the file before unlocking; a waiter that then gets the lock on the unlinked file
+    sees that the path no longer names what it holds, and tries again.
+    """
+    while True:
+        lock = open(path, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        lock.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        lock.close()
+
+
+def _grade(name, notebook, aid, items, device, threads=None):
+    try:
+        return grade_notebook(notebook, aid, items=items, device=device, threads=threads)
+    except Exception as e:  # a grader bug on one submission must not stop the batch
+        traceback.print_exc(file=sys.stderr)
+        return failed_result(aid, name, f"the grader failed on this submission ({type(e).__name__}: {e}); "
+                                        f"it was not scored, rerun it")
+
+
+def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_dir=None, progress=None):
+    """[(name, result)] in the order given; each result is saved as soon as it is done.
+
+    `progress(done, total, name, result, how)` is called as each finishes; how: 'graded', 'reused' or 'merged'
+    (see grade_one). Interrupted (KeyboardInterrupt, which `course grade` also makes of SIGTERM), every worker is
+    interrupted too and closes its sandbox, the submissions being graded get no result (nothing half-done is
+    saved), and the interrupt goes on to the caller; a rerun with the same results folder grades only what is
+    missing.
+    """
+    grader = None
+    if results_dir is not None:
+        results_dir = Path(results_dir)
+        results_dir.mkdir(parents=True, exist_ok=True)
+        grader = grader_identity(aid, device)
+    results = {}
+    threads = threads_per_worker(workers)
+    if workers <= 1:
+        for done, (name, nb) in enumerate(submissions, 1):
+            results[name], how = grade_one(name, nb, aid, items, device, results_dir, threads, grader)
+            if progress:
+                progress(done, len(submissions), name, results[name], how)
+        return [(name, results[name]) for name, _ in submissions]
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_started, initargs=(threads,))
+    try:
+        futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir, threads, grader): name
+                   for name, nb in submissions}
+        for done, future in enumerate(as_completed(futures), 1):
+            name = futures[future]
+            results[name], how = future.result()
+            if progress:
+                progress(done, len(futures), name, results[name], how)
+    except BaseException:
+        _interrupt_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [(name, results[name]) for name, _ in submissions]
+
+
+def _worker_started(threads):
+    """A worker process: its share of the cores, and SIGTERM as Ctrl-C, so that it unwinds (sandbox, lock)."""
+    if threads:
+        torch.set_num_threads(threads)  # the grader's own reference computations share the cores too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _interrupt_workers(pool):
+    """Interrupt every worker and wait until each has closed its sandbox and released its result lock."""
+    workers = list((pool._processes or {}).values())
+    for process in workers:
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGTERM)
+    for process in workers:
+        process.join(WORKER_EXIT_SECONDS)
+        if process.is_alive():
+            process.kill()  # its sandboxes die with it (their lifelines close)

@@ -1,0 +1,320 @@
+"""course.yaml: load, validate, and answer questions about points, limits and experiments."""
+import importlib.abc
+import importlib.util
+import os
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+
+from autograder.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]  # the package's own checkout (or site-packages): its code, not the course
+CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")  # module.attribute[.attribute...]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Limits(Strict):
+    """The sandbox's limits: course.yaml's `limits`, with an item's or the Gradescope profile's overrides applied."""
+    setup_seconds: float = Field(120, gt=0)
+    item_seconds: float = Field(60, gt=0)
+    experiment_seconds: float = Field(900, gt=0)
+    memory_mb: int = Field(6144, gt=0)
+    output_kb: int = Field(64, gt=0)
+    disk_mb: int = Field(256, gt=0)
+    processes: int = Field(256, gt=0)
+    search_seconds: float = Field(5, ge=0)  # per failing item: the smallest failing case's search (0: none)
+    allow_unisolated: bool = False  # grade where the sandbox gets no isolation at all (a trusted class only)
+
+
+COURSE_WIDE = {"allow_unisolated"}  # limits an item or the Gradescope profile cannot override
+
+# An item's `limits:` and `gradescope.limits`: any of Limits' fields but COURSE_WIDE, with the same types and bounds;
+# None (left out) keeps the course's value.
+LimitOverrides = create_model("LimitOverrides", __base__=Strict, **{
+    name: (Optional[Annotated[(f.annotation, *f.metadata)]], None)
+    for name, f in Limits.model_fields.items() if name not in COURSE_WIDE})
+
+
+class Bound(Strict):
+    min: Optional[float] = None
+    max: Optional[float] = None
+
+    @model_validator(mode="after")
+    def one_side(self):
+        if self.min is None and self.max is None:
+            raise ValueError("a threshold needs `min` or `max`")
+        return self
+
+    def holds(self, value):
+        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+
+    def __str__(self):
+        return " and ".join(s for s in (self.min is not None and f">= {self.min:g}",
+                                        self.max is not None and f"<= {self.max:g}") if s)
+
+
+class Item(Strict):
+    signature: str
+    methods: dict[str, str] = {}
+    from_scratch: list[str] = []
+    points: dict[Literal["exists", "shapes", "values", "gradients", "properties"], float]
+    limits: LimitOverrides = LimitOverrides()
+
+    @field_validator("points")
+    @classmethod
+    def positive(cls, points):
+        if not points or any(p <= 0 for p in points.values()):
+            raise ValueError("every check needs positive points, and an item needs at least one check")
+        return points
+
+
+class Experiment(Strict):
+    item: Optional[str] = None
+    points: float = Field(ge=0)
+    description: str
+    metric: str
+    threshold: dict[str, Bound]
+    lecture: dict[str, float] = {}
+    steps: int = Field(gt=0)
+    seeds: list[int] = Field(min_length=1)
+    name: str = ""
+
+    @property
+    def graded(self):
+        return self.points > 0
+
+    @property
+    def cfg(self):
+        """The plain dict the harness functions receive."""
+        return {"name": self.name, "steps": self.steps, "seeds": list(self.seeds), "metric": self.metric,
+                "threshold": {k: b.model_dump() for k, b in self.threshold.items()}, "lecture": dict(self.lecture)}
+
+    def failures(self, metrics):
+        """The thresholds these metrics miss, each as a readable sentence."""
+        out = []
+        for key, bound in self.threshold.items():
+            if key not in metrics:
+                out.append(f"metric '{key}' was not measured")
+            elif not bound.holds(metrics[key]):
+                out.append(f"{key} = {metrics[key]:.4g}, needs {bound}")
+        return out
+
+
+class Assignment(Strict):
+    title: str
+    lecture: str
+    notebook: str
+    items: dict[str, Item]
+    experiments: dict[str, Experiment] = {}
+    id: str = ""
+
+    @model_validator(mode="after")
+    def experiments_name_items(self):
+        for name, exp in self.experiments.items():
+            exp.name = name
+            if exp.item is not None and exp.item not in self.items:
+                raise ValueError(f"experiments.{name}.item: '{exp.item}' is not an item of this assignment")
+            if exp.graded and exp.item is None:
+                raise ValueError(f"experiments.{name}: an experiment with points needs an `item`")
+        return self
+
+    def item_points(self, item):
+        """Total points of one item: its checks plus the experiments it trains."""
+        return sum(self.items[item].points.values()) + sum(
+            e.points for e in self.experiments.values() if e.item == item)
+
+    @property
+    def total_points(self):
+        return sum(self.item_points(i) for i in self.items)
+
+    def experiments_of(self, item):
+        return [e for e in self.experiments.values() if e.item == item and e.graded]
+
+
+class Gradescope(Strict):
+    """`course export gradescope`: the limits its zip grades with, so that grading fits Gradescope's container."""
+    timeout_minutes: float = Field(20, gt=0)     # the autograder timeout to set on Gradescope (README)
+    budget_seconds: float = Field(900, gt=0)     # grading starts no item whose worst case would end past this
+    container_memory_mb: int = Field(3072, gt=0)  # the container's memory to choose on Gradescope (README)
+    limits: LimitOverrides = LimitOverrides()    # replace the course's `limits` in the zip's course.yaml
+
+    @model_validator(mode="after")
+    def fits_the_container(self):
+        # Otter's start, the kernel and results.json need the rest of the timeout; past it the student gets 0
+        # with no feedback at all
+        if self.budget_seconds > self.timeout_minutes * 60 - 60:
+            raise ValueError(f"budget_seconds ({self.budget_seconds:g}) must leave at least a minute of "
+                             f"timeout_minutes ({self.timeout_minutes:g} min) for Otter and results.json")
+        # the sandbox's own memory limit must trigger before the container's OOM killer picks the grader
+        if self.limits.memory_mb is not None and self.limits.memory_mb > self.container_memory_mb - 1024:
+            raise ValueError(f"limits.memory_mb ({self.limits.memory_mb}) must stay 1024 MB below "
+                             f"container_memory_mb ({self.container_memory_mb}): the grader and torch need it")
+        return self
+
+
+class Data(Strict):
+    mnist_dir: str
+    mnist_download: bool = True
+
+
+class Similarity(Strict):
+    """`course report`'s similar submissions (autograder/reports/similarity.py)."""
+    enabled: bool = True
+    min_nodes: int = Field(40, ge=1)  # an item's code shorter than this (syntax nodes) is not compared
+    min_items: int = Field(2, ge=1)   # a group is shown when it shares at least this many items
+
+
+class Course(Strict):
+    course: str
+    data: Data
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int
+    limits: Limits = Limits()
+    gradescope: Gradescope = Gradescope()
+    # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)
+    similarity: Similarity = Field(Similarity(), exclude=True)
+    assignments: dict[str, Assignment]
+    # oracle name (an item's `from_scratch`) -> the dotted paths of the functions it stands for, watched in the sandbox
+    oracles: dict[str, list[str]] = Field({}, validate_default=True)
+    path: Path = ROOT / "course.yaml"
+
+    @field_validator("oracles")
+    @classmethod
+    def oracles_cover_from_scratch(cls, oracles, info):
+        for name, paths in oracles.items():
+            bad = [p for p in paths if not DOTTED.fullmatch(p)]
+            if not paths or bad:
+                raise ValueError(f"{name}: needs a list of dotted paths such as torch.nn.functional.mse_loss "
+                                 f"(got {bad or 'none'})")
+        for aid, a in (info.data.get("assignments") or {}).items():
+            for item, spec in a.items.items():
+                missing = [n for n in spec.from_scratch if n not in oracles]
+                if missing:
+                    raise ValueError(f"assignments.{aid}.items.{item}.from_scratch names {', '.join(missing)}, "
+                                     f"which `oracles` does not list (the sandbox would watch nothing for it)")
+        return oracles
+
+    @model_validator(mode="after")
+    def name_assignments(self):
+        for aid, a in self.assignments.items():
+            a.id = aid
+        return self
+
+    @property
+    def mnist_dir(self):
+        d = Path(os.path.expanduser(self.data.mnist_dir))
+        return d if d.is_absolute() else (self.path.parent / d).resolve()
+
+    @property
+    def mnist_download(self):
+        return self.data.mnist_download
+
+    def assignment(self, aid):
+        if aid not in self.assignments:
+            raise ConfigError(f"{self.path}: no assignment '{aid}' (known: {', '.join(self.assignments)})")
+        return self.assignments[aid]
+
+    def limits_for(self, aid, item=None):
+        """The course-wide limits with the item's overrides applied."""
+        merged = self.limits.model_dump()
+        if item is not None:
+            merged.update({k: v for k, v in self.assignment(aid).items[item].limits.model_dump().items()
+                           if v is not None})
+        return Limits(**merged)
+
+
+def parse_course(text, path):
+    """Validate course.yaml's text; errors name the file and the dotted key."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return Course(**raw, path=Path(path))
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"{path}: {key}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def course_root():
+    """The course being graded: $COURSE_ROOT (`course --course DIR` sets it), else the nearest folder at or above the
+    working folder that holds course.yaml, else the package's own checkout.
+
+    The course (course.yaml, release/, the grader's cache) is where the TA works, not where the package was
+    installed: a non-editable install or a second clone grades its own course.
+    """
+    named = os.environ.get("COURSE_ROOT")
+    if named:
+        root = Path(named).expanduser().resolve()
+        if not (root / "course.yaml").is_file():
+            raise ConfigError(f"COURSE_ROOT={named}: no course.yaml there")
+        return root
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "course.yaml").is_file():
+            return folder
+    if (ROOT / "course.yaml").is_file():
+        return ROOT
+    raise ConfigError(f"no course.yaml in {here} or any folder above it: run from the course's folder, "
+                      f"or name it with --course DIR (or COURSE_ROOT)")
+
+
+@lru_cache(maxsize=4)
+def _load(path):
+    return parse_course(Path(path).read_text(), path)
+
+
+def load_course(path=None):
+    """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root())."""
+    return _load(str(Path(path or os.environ.get("COURSE_CONFIG") or course_root() / "course.yaml").resolve()))
+
+
+def released_notebook(aid):
+    """release/<aid>/<aid>.ipynb at the course root: its setup cells are the trusted ones, so grading needs it."""
+    root = course_root()
+    path = root / "release" / aid / f"{aid}.ipynb"
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: the released notebook's setup cells are what a submission is graded "
+                          f"with; build it with `course release {aid}` in {root} (or name the course with --course)")
+    return path
+
+
+class CourseSolutions(importlib.abc.MetaPathFinder):
+    """`import solutions` finds the course root's solutions/ when it has one, else the installed package.
+
+    The reference solutions are the course's, as course.yaml and release/ are: `course sync` writes them into the
+    course's notebooks, and a second clone whose instructor edited solutions/ must grade against those. Found at
+    import time from course_root() (COURSE_ROOT or the working folder), which batch workers (spawned processes)
+    work out the same way. Not by putting the course root on sys.path: a spawned worker would then import the
+    course folder's copy of `autograder` too, and grade with other code than its parent.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "solutions":
+            return None  # solutions.<aid> is found through the package's __path__, the folder chosen here
+        try:
+            folder = course_root() / "solutions"
+        except ConfigError:
+            return None
+        init = folder / "__init__.py"
+        return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)]) \
+            if init.is_file() else None
+
+
+if not any(isinstance(f, CourseSolutions) for f in sys.meta_path):
+    sys.meta_path.insert(0, CourseSolutions())

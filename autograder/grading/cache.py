@@ -1,0 +1,89 @@
+"""The experiment cache: one JSON file per training run, keyed by a hash of everything that can change it.
+
+Thresholds are never cached, only what a run measured: they are judged again on every read, so editing
+course.yaml needs no cache flush. COURSE_NO_CACHE=1 turns it off, reading and writing (benchmarks, fresh
+measurements). A run is stored in the course's `.grader/cache` when the user can write there, else in the user's
+own cache folder (a TA who does not own the checkout, a read-only one); read from both. A cache that cannot be
+written costs the next run its training, never this run's result: cache_write says so and returns.
+"""
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import platformdirs
+
+from autograder.course.config import ROOT, course_root
+from autograder.errors import ConfigError
+
+
+def grader_digest(folder=ROOT / "autograder"):
+    """One hash of the grader's own code (plugin, sandbox, harnesses, ...): any edit may change a training run."""
+    h = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*.py")):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def experiment_key(inputs):
+    """The cache key of one experiment run: a hash of experiments.experiment_inputs(...)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def cache_off():
+    return os.environ.get("COURSE_NO_CACHE") == "1"
+
+
+def cache_folders():
+    """Where runs are cached, first choice first: the course's .grader/cache, then the user's cache folder."""
+    folders = []
+    try:
+        folders.append(course_root() / ".grader" / "cache")
+    except ConfigError:  # no course folder to hand: the user's folder still caches
+        pass
+    return folders + [Path(platformdirs.user_cache_dir("attention-course")) / "experiments"]
+
+
+def cache_read(key):
+    """A cached [metrics, failures], or None (missing, unreadable, or the cache turned off)."""
+    if cache_off():
+        return None
+    for folder in cache_folders():
+        try:
+            return json.loads((folder / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def atomic_write(path, text):
+    """Write whole or not at all: graders running side by side may read the same file."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}-{threading.get_ident()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # no half-written file left behind; the caller sees the first error
+            tmp.unlink()
+        raise
+
+
+def cache_write(key, value):
+    """Store one run's [metrics, failures]: '' once stored (or the cache is off), else the warning it printed."""
+    if cache_off():
+        return ""
+    tried = []
+    for folder in cache_folders():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(folder / f"{key}.json", json.dumps(value))
+            return ""
+        except OSError as e:
+            tried.append(f"{folder}: {e.strerror or e}")
+    warning = f"the experiment cache could not be written ({'; '.join(tried)}): the next grading trains again"
+    print(f"warning: {warning}", file=sys.stderr)
+    return warning

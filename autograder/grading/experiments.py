@@ -1,0 +1,230 @@
+"""The lecture's experiments: one harness, run with the reference parts here or the student's in the sandbox.
+
+Graded runs train in the sandbox with the student's parts (the harness's own loop, the grader's data) and are
+evaluated here, with the trained weights copied into the reference architecture.
+
+Whose failure is it? The student's item is scored only from the student's behaviour:
+- the harness's grader-side steps (data, build and evaluate with the reference's parts) failing is the grader's
+  failure (GraderError: no score, the cause named), MNIST missing included; so is the cache's, which never
+  costs a result (a warning instead);
+- evaluate failing on weights that training left non-finite is the student's (nothing else makes them so);
+- an exception while the harness trains in the sandbox on the student's parts is the student's when its
+  traceback has a frame in the student's cells (`<cell ...>`), when it is a limit biting, or when it is of a kind
+  a wrong part's answer can cause in the harness's own code (a wrong shape or type: the plugin's UNUSABLE, and
+  torch's own errors); any other exception there (NameError, ImportError, AssertionError, ...) with no frame of
+  the student's is the harness's, hence the grader's. A student who breaks the harness's own names (deleting a
+  builtin) therefore gets a grader failure that a TA sees, never a silent score.
+"""
+import builtins
+import importlib
+import inspect
+import re
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+
+from autograder.course.config import load_course
+from autograder.errors import UNUSABLE, GraderError
+from autograder.grading.cache import cache_read, cache_write, experiment_key, grader_digest
+from autograder.grading.scoring import Outcome
+from autograder.notebooks.cells import fingerprint
+from autograder.sandbox.grader_side import SandboxFailure, StudentRaised
+from autograder.sandbox.state import StateMismatch, assign_state
+
+
+def harness(aid):
+    """The assignment's harness module (autograder/harness/<id>.py)."""
+    return importlib.import_module(f"autograder.harness.{aid}")
+
+
+def harness_sources(aid):
+    """{module name: source} of the harness the sandbox loads (the module name is the assignment's id)."""
+    return {aid: inspect.getsource(harness(aid))}
+
+
+def reference_parts(aid):
+    """The reference solution's graded items, as the attributes of one namespace."""
+    module = importlib.import_module(f"solutions.{aid}")
+    return SimpleNamespace(**{k: getattr(module, k) for k in dir(module) if not k.startswith("__")})
+
+
+def resolve_device(device):
+    """auto -> cuda when present, else cpu."""
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda asked for, but torch.cuda.is_available() is False on this machine")
+    return device
+
+
+@dataclass
+class ExperimentResult:
+    assignment: str
+    name: str
+    metrics: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+    seconds: float = 0.0
+    seed: int = 0
+    history: dict = field(default_factory=dict)
+
+    @property
+    def passed(self):
+        return not self.failures
+
+
+def run_reference(aid, name, device="cpu", seed=None):
+    """Train and evaluate one experiment with the reference parts; try the configured seeds in order."""
+    exp = load_course().assignment(aid).experiments[name]
+    spec = harness(aid).EXPERIMENTS[name]
+    ref, device = reference_parts(aid), resolve_device(device)
+    result = ExperimentResult(aid, name)
+    for s in ([seed] if seed is not None else exp.seeds):
+        t0 = time.perf_counter()
+        torch.manual_seed(s)
+        data = spec["data"](ref, exp.cfg, s, device)
+        model = spec["build"](ref, exp.cfg, s, device)
+        history = spec["train"](model, ref, data, exp.cfg, s)
+        model.eval()
+        metrics = spec["evaluate"](model, ref, exp.cfg, s, device)
+        result = ExperimentResult(aid, name, metrics, exp.failures(metrics),
+                                  time.perf_counter() - t0, s, history or {})
+        if result.passed:
+            break
+    return result
+
+
+def data_source_of(aid):
+    """Where the assignment's training data comes from, when that can vary: MNIST's download, IDX folder or test
+    split alone ('' for the harnesses that make their own data)."""
+    if "load_mnist" not in harness_sources(aid)[aid]:
+        return ""
+    from autograder.course.mnist import data_source
+    kind, folder = data_source()
+    return f"mnist {kind} {folder}"
+
+
+def experiment_inputs(code, aid, exp, seed, device, threads, watched=None):
+    """Everything that can change one experiment's result: the code as it runs (not as laid out), the grader,
+    harness, solutions, config, seed, device, torch, the data's source, the sandbox's CPU threads and the oracles
+    watched while it trains (course.yaml's `oracles`, through scoring.tripwire_table)."""
+    data = data_source_of(aid)
+    return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "grader": grader_digest(),
+            "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")), "cfg": exp.cfg,
+            "seed": seed, "device": device, "torch": torch.__version__, "data": data,
+            "threads": threads or torch.get_num_threads(),  # the sandbox forks from a process with our default
+            "watched": watched}
+
+
+def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
+    """Train in the sandbox with the student's parts, evaluate here with the reference's; next seed on a miss.
+
+    `why`: the reason it cannot run (its item is zeroed, or does not exist), which becomes its output. Raises
+    GraderError when the grader's side fails; a cache that cannot be written adds a warning to `notes` (a list).
+    """
+    outcome = Outcome(exp.item, f"experiment {exp.name}", exp.points)
+    if why or sandbox is None:
+        outcome.output = why or f"not run: '{exp.item}' must exist and be implemented first"
+        return outcome
+    spec, ref = harness(aid).EXPERIMENTS[exp.name], reference_parts(aid)
+    limits = course.limits_for(aid, exp.item)
+    lines, t0 = [], time.monotonic()
+    for seed in exp.seeds:
+        key = experiment_key(experiment_inputs(code, aid, exp, seed, device, sandbox.threads,
+                                                     getattr(sandbox, "tripwire", None)))
+        cached = cache_read(key)
+        if cached is not None:
+            metrics, failures = cached
+            if metrics is not None:  # thresholds are judged now: course.yaml may have changed since
+                failures = exp.failures(metrics)
+        else:
+            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits)
+            if metrics is not None or failures and "time limit" not in failures[0]:
+                warning = cache_write(key, [metrics, failures])
+                if warning and notes is not None and warning not in notes:
+                    notes.append(warning)
+        shown = ", ".join(f"{k} {v:.4g}" + (f" (lecture {exp.lecture[k]:g})" if k in exp.lecture else "")
+                          for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
+        lines.append(f"seed {seed}: {shown or 'no metrics'}" + ("" if not failures else " -- " + "; ".join(failures)))
+        outcome.extra = {"experiment": exp.name, "seed": seed, "metrics": metrics or {}}
+        if metrics is not None and not failures:
+            outcome.score = outcome.max_score
+            break
+    outcome.seconds = time.monotonic() - t0
+    verdict = "passed" if outcome.score else "missed the lecture's threshold"
+    outcome.output = f"{exp.description}: {verdict}\n" + "\n".join(lines)
+    return outcome
+
+
+def _grader_step(exp, step, fn, *args):
+    """One of the harness's steps run here with the reference's parts: whatever it raises is the grader's."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        raise GraderError(f"experiment {exp.name}: the grader's {step} step ({fn.__module__}.{fn.__qualname__}) "
+                          f"raised {type(e).__name__}: {e}") from e
+
+
+STUDENT_FRAME = re.compile(r"\(cell [^()]*, line \d+\)$")  # where sandbox_child.describe says a student's frame raised
+LIMITS = ("wrote more than", "started more than")         # the sandbox's disk and process limits biting
+
+
+def students_training_error(message):
+    """Whether the error the harness's training in the sandbox reported is the student's doing (module doc)."""
+    if STUDENT_FRAME.search(message) or message.startswith(LIMITS):
+        return True
+    name = message.split(":", 1)[0].strip()
+    kind = getattr(builtins, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+        return True  # torch's own errors (OutOfMemoryError, a linalg error): raised by what the parts gave it
+    return issubclass(kind, UNUSABLE + (MemoryError,))
+
+
+def _finite(tensors):
+    return all(torch.isfinite(t).all() for t in tensors if t.is_floating_point() or t.is_complex())
+
+
+def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits):
+    try:
+        sandbox.ensure()
+    except SandboxFailure as e:
+        if e.kind == "sandbox":  # before any student code ran
+            raise GraderError(f"experiment {exp.name}: the sandbox could not be restarted: {e}") from e
+        return None, [f"the notebook's code could not be reloaded for training: {e}"]
+    except StudentRaised as e:
+        return None, [f"the notebook's code could not be reloaded for training: {e}"]
+    torch.manual_seed(seed)
+    data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
+    try:
+        answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
+                                 name=exp.name, cfg=exp.cfg, seed=seed, device=device)
+        trained = sandbox.value(answer)
+    except StudentRaised as e:
+        if not students_training_error(str(e)):
+            raise GraderError(f"experiment {exp.name}: the harness's training raised {e}, with no frame of the "
+                              f"student's code (autograder/harness/{aid}.py)") from e
+        return None, [f"training raised {e}"]
+    except SandboxFailure as e:
+        if e.kind == "sandbox":
+            raise GraderError(f"experiment {exp.name}: the sandbox failed: {e}") from e
+        return None, [f"training {e}"]
+    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
+    expected = len(model.state_dict())
+    if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
+        trained = []  # nothing that could be a model's state came back
+    try:
+        assign_state(model, trained)
+    except StateMismatch:
+        return None, ["the trained model's parameters do not have the reference architecture's shapes "
+                      f"({len(trained)} tensors, expected {expected})"]
+    model.eval()
+    if _finite(trained):
+        metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
+        return metrics, exp.failures(metrics)
+    try:  # nan or inf weights, which only the student's training makes: NaN metrics miss every threshold
+        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
+    except Exception as e:
+        return None, [f"training left weights that are not finite (nan or inf); evaluating them raised "
+                      f"{type(e).__name__}"]
+    return metrics, exp.failures(metrics)

@@ -1,0 +1,59 @@
+"""Grade one notebook: one pytest session over the assignment's hidden suite, run in this process.
+
+`course grade`, nbgrader's preprocessor and the Otter plugin all come here; a TA gets the same session from
+`python -m pytest autograder/suites/test_<id>.py --submission NB`. In-process because a session costs
+milliseconds here and a fresh interpreter seconds (importing torch); pytest is not thread-safe, so batches
+run their sessions in worker processes (autograder/batch/run.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autograder.errors import GraderError
+from autograder.grading.plugin import GRADER_FAILED, Grading, Settings, suite_path
+from autograder.grading.scoring import Results
+
+# The plugin by name (a course copy on PYTHONPATH has no entry point); the session's own terminal, cache and
+# timeouts stay off: the caller reports, results are not reused between runs, and pytest-timeout's SIGALRM would
+# fight an outer pytest's (the project's tests grade from inside one). Unraisable-exception reporting stays off
+# too: it runs gc.collect() several times at the end of every session (0.4 s of a 4 s grading), for warnings
+# no one reads here. Hypothesis's plugin stays off as well: it imports Hypothesis (a second of CPU per grader
+# process), which the smallest-case search imports itself when it runs.
+IN_PROCESS = ["-p", "autograder.grading.plugin", "-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:timeout",
+              "-p", "no:randomly", "-p", "no:unraisableexception", "-p", "no:hypothesispytest",
+              "-s", "-o", "addopts=", "-W", "ignore::pytest.PytestConfigWarning"]
+
+
+class NativeTracebacks:
+    """pytest's long traceback of a failing check costs ~1 s of CPU, and the plugin replaces it with the checker's
+    message: native ones are cheap (an empty w8l4 notebook: 7.2 -> 1.0 s). `--tb` is the terminal plugin's
+    option, which is off here, so it is set on the config."""
+
+    @staticmethod
+    def pytest_configure(config):
+        config.option.tbstyle = "native"
+
+
+def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, device: str = "auto", log=None,
+                   experiments: bool = True, limits: dict | None = None, threads: int | None = None) -> Results:
+    """results.json for one notebook (a dict), never raising for anything the submission did.
+
+    Raises GraderError when the grader's own side fails (the sandbox cannot start, a suite or a harness breaks,
+    the experiments' data is missing), so that no one is given a zero for it, and KeyboardInterrupt when the
+    session was interrupted. GraderError is defined with the experiments, which raise it too.
+
+    `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
+    student's process's CPU threads (set when several submissions are graded at once).
+    """
+    grading = Grading(Settings(submission=path, assignment=aid, device=device, items=items, experiments=experiments,
+                               limits=limits, threads=threads, log=log))
+    code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
+    if grading.grader_error or code == GRADER_FAILED:
+        raise GraderError(grading.grader_error or "the grading session failed")
+    if code == pytest.ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
+    if grading.results is None:
+        raise GraderError(f"the grading session ended ({getattr(code, 'name', code)}) without results")
+    return grading.results

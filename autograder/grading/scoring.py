@@ -1,0 +1,135 @@
+"""Scoring: each check's outcome, the rules that act on a whole item, and results.json.
+
+The rules, in the order they apply to an item:
+1. a check passes or fails on its own, with the checker's message (and the case it failed on);
+2. a from-scratch item whose cell names its oracle, or whose code called it while checked (any function course.yaml's
+   `oracles` lists for the name, however reached: the sandbox watches the functions themselves, see
+   autograder/sandbox/child.py Tripwire), scores 0 on every check and experiment, with that one reason; its
+   experiment's training calling it fails that experiment;
+3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+from pathlib import Path
+from typing import Any, Literal, NotRequired, TypedDict
+
+import torch
+
+from autograder.notebooks.cells import names_used
+
+NOT_IMPLEMENTED = "NotImplementedError"
+DISTRIBUTION = "attention-course"  # pyproject.toml's [project] name: the package's version comes from its metadata
+
+
+class CheckResult(TypedDict):
+    """One check (item, kind) in results.json's `tests`: Gradescope's test fields, plus the item it scores."""
+    item: str
+    name: str  # "<item>: <kind>"
+    score: float
+    max_score: float
+    status: Literal["passed", "failed"]
+    output: str  # the checker's message: what was expected, what came back, on which case
+    visibility: str
+    seconds: float
+    extra_data: NotRequired[dict[str, Any]]  # a failed check's case; an experiment's metrics and seed
+
+
+class Results(TypedDict):
+    """results.json: Gradescope's format (score, output, visibility, tests), read by nbgrader's and Otter's paths."""
+    score: float
+    max_score: float
+    output: str
+    visibility: str
+    tests: list[CheckResult]
+    extra_data: dict[str, Any]  # assignment, notebook, device, seed, isolation, restarts, seconds, versions, notes
+
+
+def seed_for(*parts: object) -> int:
+    """A check's input seed: fresh per course seed, item and check, the same every run."""
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:4], "big")
+
+
+class Outcome:
+    """One (item, kind)'s result in the shape results.json wants; every test scoring it must pass for its points."""
+
+    def __init__(self, item, kind, max_score):
+        self.item, self.kind, self.max_score = item, kind, float(max_score)
+        self.score, self.output, self.seconds = 0.0, "", 0.0
+        self.not_implemented = False
+        self.extra = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
+        self.failed = False   # one of its tests failed (a kind may have several: parametrized checks)
+
+    def add(self, passed, output, seconds, case=""):
+        """Fold in one test's result: the first failure's message and case are the ones shown."""
+        self.seconds += seconds
+        if passed and not self.failed:
+            self.score, self.output = self.max_score, self.output or output
+        elif not passed and not self.failed:
+            self.failed, self.score, self.output = True, 0.0, output
+            if case:
+                self.extra["case"] = case
+
+    def as_test(self) -> CheckResult:
+        test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
+                "max_score": self.max_score, "status": "passed" if self.score >= self.max_score else "failed",
+                "output": self.output, "visibility": "visible", "seconds": round(self.seconds, 3)}
+        if self.extra:
+            test["extra_data"] = self.extra
+        return test
+
+
+def scratch_violation(spec, source):
+    """The oracle name a from-scratch item's cell mentions in code (comments and strings don't count)."""
+    if not spec.from_scratch or source is None:
+        return ""
+    names = names_used(source) or set()
+    return next((oracle for oracle in spec.from_scratch if oracle in names), "")
+
+
+def tripwire_table(course, assignment):
+    """What the sandbox watches for an assignment: {"oracles": name -> dotted paths, "scratch": item -> names,
+    "experiments": experiment -> item}, only for the oracles its from-scratch items name."""
+    scratch = {item: list(spec.from_scratch) for item, spec in assignment.items.items() if spec.from_scratch}
+    names = {name for names in scratch.values() for name in names}
+    return {"oracles": {name: list(course.oracles[name]) for name in sorted(names)}, "scratch": scratch,
+            "experiments": {e.name: e.item for e in assignment.experiments.values() if e.item in scratch}}
+
+
+def zero_reason(item, oracle_used, not_implemented):
+    """Why every check of the item scores 0 (rules 2 and 3), or ''."""
+    if oracle_used:
+        # a from-scratch item that calls its oracle has shown nothing of its own, whatever else passed or failed
+        return (f"'{item}' uses {oracle_used}; this item is written from scratch, so the oracle it is compared "
+                f"with may not be called, however it is reached (the whole item scores 0)")
+    if not_implemented:
+        return f"'{item}' is not implemented yet (it raises NotImplementedError)"
+    return ""
+
+
+def grader_version():
+    """The installed package's version, or 'unknown' where it runs from a checkout that was never installed."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def results_json(outcomes: list[Outcome], *, aid: str, notebook: str | Path, device: str, seed: int, output: str,
+                 isolation: str | None, restarts: int, seconds: float, notes: list[str]) -> Results:
+    """results.json (Gradescope's format, which nbgrader's and Otter's paths read too) as a dict."""
+    tests = [o.as_test() for o in outcomes]
+    return {
+        "score": round(sum(t["score"] for t in tests), 4),
+        "max_score": sum(t["max_score"] for t in tests),
+        "output": output,
+        "visibility": "visible",
+        "tests": tests,
+        "extra_data": {"assignment": aid, "notebook": Path(notebook).name, "device": device, "seed": seed,
+                       "isolation": isolation or "none", "restarts": restarts, "seconds": round(seconds, 2),
+                       "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                                    "autograder": grader_version()},
+                       "notes": notes},
+    }

@@ -1,0 +1,186 @@
+"""`course export gradescope ID`: an autograder zip for Gradescope (and `otter run`), built by Otter's generate.
+
+What the zip holds (Gradescope unpacks it at /autograder/source):
+  setup.sh, run_autograder,                    Otter's own, from `otter generate` (Python pinned to the
+  environment.yml, otter_config.json           grader's, otter-grader)
+  run_otter.py                                 the course's: Otter's run through otter_plugin.run_autograder,
+                                               so that every run writes a results.json
+  tests/                                       empty: the checks are the course's hidden suites
+  course/                                      the package, this assignment's hidden suite, reference solution
+                                               and harness (none of the others'), course.yaml with this
+                                               assignment alone and the `gradescope:` limits, the release
+                                               notebook (trusted setup cells), MNIST's test split where the
+                                               harness reads MNIST (the offline fallback)
+setup.sh ends with the course's own steps: torch and torchvision at the grader's versions (the CPU build from
+PyTorch's wheel index, PyPI's where that index cannot be reached), install `course/` (its dependencies are all
+grading imports), download MNIST where needed (Gradescope has internet; the copy in the zip stays the
+fallback), and close /autograder to all but root. Gradescope's containers have no CAP_SYS_ADMIN, so the
+sandbox runs at its `uid` level there, where ownership and mode are what keep the student's uid out of the
+course's files. `course export gradescope ID --check` rehearses that build here (autograder/integrations/gradescope_check.py).
+"""
+import importlib
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+import torchvision
+import yaml
+
+from autograder.course.config import ROOT, course_root, load_course, released_notebook
+from autograder.errors import ConfigError
+
+GRADESCOPE_ROOT = "/autograder"
+COURSE_DIR = "course"          # inside the zip, so /autograder/source/course on Gradescope
+PACKAGES = ("autograder", "solutions")
+CPU_WHEELS = "https://download.pytorch.org/whl/cpu"  # torch without CUDA: ~0.2 GB, not PyPI's ~5 GB
+# The zip's entry point (Otter's own run_otter.py calls Otter's main directly): the course's wrapper writes a
+# results.json whatever happens, and where the course itself cannot be imported, this file does.
+RUN_OTTER = '''"""Runs Otter-Grader's autograding through the course's wrapper: every run writes a results.json."""
+import json
+import traceback
+
+AUTOGRADER = "/autograder"
+
+if __name__ == "__main__":
+    try:
+        from autograder.integrations.otter_plugin import run_autograder
+    except BaseException:  # the image's build broke: the student still learns it is not their fault
+        with open(AUTOGRADER + "/results/results.json", "w") as f:
+            json.dump({"score": 0, "output": "The autograder could not start (the course's grader is not installed "
+                       "in it): this is not a problem with your submission. The course staff must fix the "
+                       "autograder and regrade it.", "tests": [{"name": "Grader error (staff only)", "score": 0,
+                       "max_score": 0, "visibility": "hidden", "output": traceback.format_exc()}]}, f, indent=2)
+        raise
+    run_autograder(AUTOGRADER)
+'''
+
+
+def otter_config(aid, device="auto", budget_seconds=None):
+    """Scores and reasons from the course grader; every check visible to the student, Otter's stdout not."""
+    plugin = {"assignment": aid, "device": device}
+    if budget_seconds is not None:
+        plugin["budget_seconds"] = budget_seconds
+    return {"lang": "python", "plugins": [{"autograder.integrations.otter_plugin.CourseGrader": plugin}],
+            "show_hidden": True, "show_all_public": True, "force_public_test_summary": False, "show_stdout": False,
+            "print_summary": True}
+
+
+def requirements():
+    """The grader's own torch and torchvision, so that Gradescope trains as the course was tested."""
+    return [f"torch=={torch.__version__.split('+')[0]}", f"torchvision=={torchvision.__version__.split('+')[0]}"]
+
+
+def uses_mnist(aid):
+    """Whether the assignment's harness reads MNIST (the same test as experiments.data_key's)."""
+    from autograder.grading.experiments import harness_sources
+    return "load_mnist" in harness_sources(aid)[aid]
+
+
+def setup_steps(autograder_dir=GRADESCOPE_ROOT, mnist=True):
+    course = f"{autograder_dir}/source/{COURSE_DIR}"
+    pins = " ".join(requirements())
+    mnist_steps = f"""# MNIST into the image now (Gradescope has internet here); {course}/data/mnist stays the offline fallback
+mamba run -n otter-env python -c "from autograder.course.mnist import load_mnist; load_mnist()"
+""" if mnist else ""
+    return f"""
+# --- the course's own steps (course export gradescope) ---
+# torch's CPU build (no GPU on Gradescope): pip prefers X+cpu to PyPI's X, and takes PyPI's where PyTorch's
+# index cannot be reached (one quick retry, then a warning)
+mamba run -n otter-env pip install --retries 1 --timeout 20 --extra-index-url {CPU_WHEELS} {pins}
+mamba run -n otter-env pip install -e {course}
+{mnist_steps}# The sandbox's uid must not reach the course (suites, solutions) but must reach the Python environment
+chmod 700 {autograder_dir}
+chmod 711 /root
+"""
+
+
+def package_folders():
+    """{name: folder} of the packages the zip installs: the grader's code where it is installed, and the reference
+    solutions this course grades with (its root's solutions/ when it has one: config.CourseSolutions)."""
+    return {name: Path(importlib.import_module(name).__file__).parent for name in PACKAGES}
+
+
+def project_file():
+    """pyproject.toml, which installs the packages: beside the package's checkout (an editable install), else the
+    course's (a package installed into site-packages keeps none)."""
+    for folder in (ROOT, course_root()):
+        if (folder / "pyproject.toml").is_file():
+            return folder / "pyproject.toml"
+    raise ConfigError(f"no pyproject.toml in {ROOT} or {course_root()}: the zip needs it to install the grader")
+
+
+def zip_course_yaml(course, aid):
+    """course.yaml for the zip: this assignment alone, MNIST from the zip's copy, the `gradescope:` limits."""
+    raw = yaml.safe_load(course.path.read_text())
+    raw["assignments"] = {aid: raw["assignments"][aid]}
+    raw["data"]["mnist_dir"] = "data/mnist"
+    raw["limits"] = {**raw.get("limits", {}), **course.gradescope.limits.model_dump(exclude_none=True)}
+    header = (f"# {course.path.name} for Gradescope, written by `course export gradescope {aid}`: this assignment "
+              f"alone, with the\n# course's `gradescope.limits` as its limits (see the course's own file for what "
+              f"each key means).\n")
+    return header + yaml.safe_dump(raw, sort_keys=False, width=120)
+
+
+def other_assignments_file(path, others):
+    """Whether a package file is another assignment's (its suite, harness or reference solution)."""
+    return path.stem.removeprefix("test_") in others
+
+
+def course_files(aid):
+    """(path in the zip, bytes) of everything the grader needs to grade `aid` and nothing of the other assignments:
+    the package's code, the course's files (course.yaml as loaded, COURSE_CONFIG included, cut to `aid`; the
+    release; MNIST's test split where the harness reads MNIST)."""
+    course = load_course()
+    others = set(course.assignments) - {aid}
+    files = [("pyproject.toml", project_file().read_bytes())]
+    for package, folder in package_folders().items():
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc" \
+                    and not other_assignments_file(path, others):
+                files.append((f"{package}/{path.relative_to(folder)}", path.read_bytes()))
+    files.append((f"release/{aid}/{aid}.ipynb", released_notebook(aid).read_bytes()))
+    files.append(("course.yaml", zip_course_yaml(course, aid).encode()))
+    mnist = course.mnist_dir
+    if uses_mnist(aid) and mnist.is_dir():
+        files += [(f"data/mnist/{p.name}", p.read_bytes()) for p in sorted(mnist.iterdir()) if p.is_file()]
+    return [(f"{COURSE_DIR}/{name}", data) for name, data in files]
+
+
+def export_gradescope(aid, out="autograder.zip", device="auto"):
+    """Build the zip with `otter generate`, then add the course and its setup steps; returns its path."""
+    from otter.generate import main as otter_generate
+    course = load_course()
+    course.assignment(aid)         # an unknown id is a ConfigError naming the known ones
+    files = course_files(aid)      # before Otter's work: a missing release is a ConfigError naming it
+    out = Path(out).resolve()
+    with tempfile.TemporaryDirectory(prefix="course-export-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "tests").mkdir()
+        config = otter_config(aid, device, course.gradescope.budget_seconds)
+        (tmp / "otter_config.json").write_text(json.dumps(config, indent=2))
+        # torch comes from setup.sh's own step (the CPU build first), the rest from the course's dependencies
+        (tmp / "requirements.txt").write_text("")
+        generated = tmp / "otter.zip"
+        cwd = os.getcwd()
+        os.chdir(tmp)  # otter generate looks for its default files in the working folder
+        try:
+            otter_generate(tests_dir=str(tmp / "tests"), output_path=str(generated),
+                           config=str(tmp / "otter_config.json"), requirements=str(tmp / "requirements.txt"),
+                           no_environment=True, python_version="3.11")
+        finally:
+            os.chdir(cwd)
+        with zipfile.ZipFile(generated) as otter_zip, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+            for info in otter_zip.infolist():
+                data = otter_zip.read(info)
+                if info.filename == "setup.sh":
+                    data += setup_steps(mnist=uses_mnist(aid)).encode()
+                elif info.filename == "run_otter.py":
+                    data = RUN_OTTER.encode()
+                zf.writestr(info, data)
+            zf.writestr(zipfile.ZipInfo("tests/"), b"")  # Otter copies this folder into the submission's
+            for name, data in files:
+                zf.writestr(name, data)
+    return out

@@ -1,0 +1,157 @@
+"""nbgrader integration: the isolated grader's verdicts in the test cells, and a feedback page that explains them.
+
+`nbgrader autograde` runs TrustedGrade in place of executing the notebook in a kernel (see nbgrader_config.py):
+the student's code runs only in the sandbox, and each test cell's last value becomes the trusted partial score,
+which nbgrader's SaveAutoGrades reads as partial credit. The whole result is kept in the autograded notebook's
+metadata, where `nbgrader generate_feedback` (FeedbackSummary and templates/feedback/course_feedback.html.j2) reads it back.
+
+Before nbgrader's own sanitising, CourseAutograde takes a submission folder's single notebook whatever its name
+and RepairSubmission repairs the notebook against the release (autograder/notebooks/repair.py): what nbgrader alone would
+grade as 0 is graded, each repair one line in the log and in the student's feedback; what cannot be repaired
+stops that student with one line saying why, before the gradebook has a score for it.
+"""
+import filecmp
+import shutil
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_output
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.converters import Autograde
+from nbgrader.converters.base import NbGraderException
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
+
+from autograder.course.config import course_root
+from autograder.notebooks.cells import nbgrader_meta, read_notebook
+from autograder.notebooks.repair import repair
+from autograder.reports.feedback import summary_html
+from autograder.reports.tables import item_summary, score_text
+
+# course_feedback.html.j2 sits in a `feedback` folder found before nbgrader's, so it extends nbgrader's page
+FEEDBACK_TEMPLATES = [str(Path(__file__).parent.parent / "reports" / "templates"),
+                      str(Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates")]
+RESULTS_KEY = "course_results"
+REPAIRS_KEY = "course_repairs"  # the repairs' notes, from sanitising (RepairSubmission) to grading (TrustedGrade)
+
+
+class CourseAutograde(Autograde):
+    """nbgrader's Autograde, taking a submission folder's single notebook whatever its name (a browser saves
+    `lab14_transformers (1).ipynb`), and stopping a student loudly, before the gradebook has a score, when it
+    cannot tell which notebook to grade or cannot read it."""
+
+    def init_assignment(self, assignment_id, student_id):
+        self.file_notes = {}
+        self.notebooks = self.take_notebooks(assignment_id, student_id)
+        super().init_assignment(assignment_id, student_id)
+
+    def init_single_notebook_resources(self, notebook_filename):
+        resources = super().init_single_notebook_resources(notebook_filename)
+        resources["course_notes"] = getattr(self, "file_notes", {}).get(resources["nbgrader"]["notebook"], [])
+        return resources
+
+    def released_names(self, aid):
+        """The assignment's notebooks as the gradebook knows them; None when it does not know the assignment."""
+        with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+            try:
+                return sorted(n.name for n in gb.find_assignment(aid).notebooks)
+            except MissingEntry:
+                return None
+
+    def take_notebooks(self, aid, student):
+        """The student's notebooks under their released names; a lone one of another name is copied to its name."""
+        expected = self.released_names(aid)
+        if expected is None:
+            return self.notebooks  # nbgrader says so itself
+        found = {Path(p).stem: p for p in self.notebooks if Path(p).stem in expected}
+        others = [p for p in self.notebooks if Path(p).stem not in expected]
+        missing = [n for n in expected if n not in found]
+        folder = Path(self._format_source(aid, student))
+        if len(missing) == 1 and len(others) == 1:
+            # a copy, not a rename: the student's file stays as submitted, and a rerun finds the same pair
+            target = folder / f"{missing[0]}.ipynb"
+            shutil.copy2(others[0], target)
+            found[missing[0]] = str(target)
+        elif missing and others:
+            self.stop(f"student '{student}': not graded: {len(others)} notebooks in {folder} "
+                      f"({', '.join(Path(p).name for p in others)}) and none named {missing[0]}.ipynb, so which one "
+                      f"to grade is unclear; keep the one to grade as {missing[0]}.ipynb and autograde again")
+        for p in others:
+            name = next((n for n, q in found.items() if filecmp.cmp(p, q, shallow=False)), None)
+            if name is None:
+                self.log.warning("student '%s': %s is not a notebook of %s and was not graded", student, Path(p).name, aid)
+                continue
+            self.file_notes.setdefault(name, []).append(
+                f"the notebook was submitted as '{Path(p).name}'; it was graded as {name}.ipynb")
+        for name, path in found.items():
+            nb, error = read_notebook(path)
+            if nb is None:
+                self.stop(f"student '{student}': not graded: {error}")
+        return sorted(found.values())
+
+    def stop(self, message):
+        self.log.error(message)
+        raise NbGraderException(message)
+
+
+class RepairSubmission(NbGraderPreprocessor):
+    """Repair the submission against the released notebook (autograder/notebooks/repair.py), first of the sanitising steps."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        released = course_root() / "release" / info["assignment"] / f"{info['notebook']}.ipynb"
+        if not released.is_file():  # the course's set-up, not the student's doing: stop, score nothing
+            raise NbGraderException(f"{released} is missing: run `course release {info['assignment']}` first")
+        nb, notes = repair(nb, nbformat.read(released, as_version=4))
+        notes = [*resources.get("course_notes", []), *notes]
+        for note in notes:
+            self.log.warning("student '%s': %s", info["student"], note)
+        nb.metadata[REPAIRS_KEY] = notes  # always set: a submission cannot slip in notes of its own
+        return nb, resources
+
+
+class TrustedGrade(NbGraderPreprocessor):
+    """Grade the (sanitised) submission with the isolated grader; write each item's score and messages."""
+
+    device = Unicode("auto", help="auto, cpu or cuda").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from autograder.grading.grade import grade_notebook
+        aid = resources["nbgrader"]["assignment"]
+        repairs = nb.metadata.pop(REPAIRS_KEY, None)
+        repairs = [str(n) for n in repairs] if isinstance(repairs, list) else []
+        with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp:
+            path = Path(tmp) / f"{resources['nbgrader']['notebook']}.ipynb"
+            nbformat.write(nb, path)
+            result = grade_notebook(path, aid, device=self.device)
+        if repairs:  # results.json's `output` and notes say them as `course grade` says its own; the page, one a line
+            result["extra_data"]["notes"] = repairs + list(result["extra_data"].get("notes") or [])
+            result["extra_data"]["repairs"] = repairs
+            result["output"] = "; ".join(filter(None, ["; ".join(repairs), result["output"]]))
+        by_item = item_summary(result)
+        for cell in nb.cells:
+            gid = nbgrader_meta(cell).get("grade_id", "")
+            if cell.cell_type != "code" or not gid.startswith("test_"):
+                continue
+            if gid[5:] not in by_item:  # nbgrader would give a test cell with no output its full points
+                raise RuntimeError(f"the grader has no result for test cell '{gid}' ({aid} in course.yaml has no item "
+                                   f"{gid[5:]!r}): the release and course.yaml disagree; nothing was graded")
+            score, max_score, lines = by_item[gid[5:]]
+            head = f"{gid[5:]}: {score_text(round(score, 4))} / {score_text(max_score)} points"
+            cell.outputs = [
+                new_output("stream", name="stdout", text="\n".join([head, *lines]) + "\n"),
+                new_output("execute_result", data={"text/plain": repr(round(score, 4))}, execution_count=None),
+            ]
+        nb.metadata[RESULTS_KEY] = result  # written after sanitising: the submission cannot have set it
+        resources.setdefault("course", {})["results"] = result
+        return nb, resources
+
+
+class FeedbackSummary(NbGraderPreprocessor):
+    """Put the autograded result's summary (items, reasons, experiments) where the feedback template shows it."""
+
+    def preprocess(self, nb, resources):
+        result = nb.metadata.pop(RESULTS_KEY, None)
+        resources["course_summary"] = summary_html(result) if result else ""
+        return nb, resources

@@ -1,0 +1,1 @@
+"""What people read: the grade table, the class report, feedback pages, similar submissions."""

@@ -1,0 +1,201 @@
+"""The TA's class view: one HTML page from a folder of results.json files (`course grade --results-dir`)."""
+import base64
+import io
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+from autograder.reports.tables import experiment_figures, item_reasons, item_summary, metric_rows, render_html
+
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")  # not digits of a name
+TOP_REASONS = 5
+
+
+def load_results(folder):
+    """(name, result) for each results file under the folder, at any depth (one folder per assignment or section:
+    the name is the path below `folder`, secA/alice); files that are not results, and grader failures, are
+    skipped."""
+    folder = Path(folder)
+    rows = []
+    for path in sorted(folder.rglob("*.json")):
+        rel = path.relative_to(folder)
+        if rel.name.startswith(".") or ".ipynb_checkpoints" in rel.parts:  # Jupyter's copies, not results
+            continue
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(result, dict) and isinstance(result.get("tests"), list) \
+                and {"score", "max_score"} <= set(result) and not result.get("extra_data", {}).get("grader_error"):
+            rows.append((rel.with_suffix("").as_posix(), result))
+    return rows
+
+
+def normalised(reason):
+    """A reason with its numbers replaced by '#', so that the same mistake with other figures counts once."""
+    return NUMBER.sub("#", reason)
+
+
+def figure_png(fig):
+    """A matplotlib figure as base64 PNG, which the page shows inline: the report is one self-contained file."""
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def totals_figure(rows, max_score):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.hist([r["score"] for _, r in rows], bins=min(20, max(5, len(rows))), range=(0, max_score or 1), color="C0")
+    ax.set_xlabel(f"total score (of {max_score:g})")
+    ax.set_ylabel("submissions")
+    ax.set_title("distribution of totals")
+    return figure_png(fig)
+
+
+def items_figure(items, means, maxima):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(items) + 1.2))
+    ys = range(len(items))
+    ax.barh(ys, maxima, color="#dddddd", label="points")
+    ax.barh(ys, means, color="C2", label="class mean")
+    ax.set_yticks(list(ys), items)
+    ax.invert_yaxis()
+    ax.set_xlabel("points")
+    ax.legend(loc="lower right")
+    ax.set_title("mean score per item")
+    return figure_png(fig)
+
+
+def experiment_figure(exp, found):
+    """One histogram per metric that matters (the experiment's own and each with a threshold), each with its
+    threshold and the lecture's figure where course.yaml gives them."""
+    import matplotlib.pyplot as plt
+    metrics = [m for m in dict.fromkeys([exp.metric, *exp.threshold])
+               if any(m in f["metrics"] for f in found)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 1, 2.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        values = [f["metrics"][metric] for f in found if metric in f["metrics"]]
+        ax.hist(values, bins=min(20, max(5, len(values))), color="C1")
+        bound = exp.threshold.get(metric)
+        for side in ("min", "max"):
+            if bound is not None and getattr(bound, side) is not None:
+                ax.axvline(getattr(bound, side), color="C3", ls="--", label=f"threshold {bound}")
+        if metric in exp.lecture:
+            ax.axvline(exp.lecture[metric], color="k", ls=":", label=f"lecture {exp.lecture[metric]:g}")
+        ax.set_xlabel(metric)
+        ax.set_ylabel("submissions")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+    fig.suptitle(f"experiment {exp.name}")
+    return figure_png(fig)
+
+
+def assignment_section(aid, rows):
+    """The report's part for one assignment (class_report.html.j2): totals, items, reasons, experiments, similar
+    submissions."""
+    summaries = {name: item_summary(result) for name, result in rows}
+    items = items_of(summaries.values())
+    maxima = [max(s[i][1] for s in summaries.values() if i in s) for i in items]
+    means = [sum(s[i][0] for s in summaries.values() if i in s) / max(1, sum(i in s for s in summaries.values()))
+             for i in items]
+    max_total = max(r["max_score"] for _, r in rows)
+    whole = [(n, r) for n, r in rows if r["max_score"] >= max_total]  # an --items result is not a total
+    totals = sorted(r["score"] for _, r in whole)
+    counts = {item: Counter() for item in items}
+    for _, result in rows:
+        for item, found in item_reasons(result).items():
+            for _, message in found:
+                counts.setdefault(item, Counter())[normalised(message)] += 1
+    return {"aid": aid, "whole": len(whole), "partial": len(rows) - len(whole), "mean": sum(totals) / len(totals),
+            "median": totals[len(totals) // 2], "max_total": max_total, "full": sum(t >= max_total for t in totals),
+            "zero": sum(t == 0 for t in totals),
+            "figures": [totals_figure(whole, max_total), items_figure(items, means, maxima)],
+            "items": [{"item": item, "mean": mean, "top": top, "reasons": counts[item].most_common(TOP_REASONS)}
+                      for item, mean, top in zip(items, means, maxima)],
+            **experiment_sections(aid, rows), "similar": similar_section(aid, rows)}
+
+
+def items_of(summaries):
+    """The items of the assignment's results (item_summary of each), in the order the results give them."""
+    return list(dict.fromkeys(item for s in summaries for item in s))
+
+
+def experiment_sections(aid, rows):
+    """Per experiment of course.yaml found in the results: what passing needs, how many did, the metrics' spread;
+    or the course.yaml that does not know the assignment."""
+    from autograder.course.config import load_course
+    course = load_course()
+    if aid not in course.assignments:
+        return {"experiments": [], "unknown_in": str(course.path)}
+    experiments = course.assignment(aid).experiments
+    by_exp = {}
+    for _, result in rows:
+        for f in experiment_figures(result):
+            by_exp.setdefault(f["name"], []).append(f)
+    out = []
+    for name, found in by_exp.items():
+        exp = experiments[name]
+        measured = sum(bool(f["metrics"]) for f in found)
+        out.append({"name": name, "description": exp.description, "measured": measured, "found": len(found),
+                    "passed": sum(f["passed"] for f in found),
+                    "needs": metric_rows({}, {}, found[0]["threshold"]),
+                    "figure": experiment_figure(exp, found) if measured else None})
+    return {"experiments": out, "unknown_in": None}
+
+
+def similar_section(aid, rows):
+    """The groups of similar submissions (autograder/reports/similarity.py), as course.yaml's `similarity` asks, items
+    numbered as in the per-item table; None when it is off."""
+    from autograder.course.config import course_root, load_course
+    from autograder.reports.similarity import compare, item_ranges, released_programs
+    settings = load_course().similarity
+    if not settings.enabled:
+        return None
+    items = items_of(item_summary(result) for _, result in rows)
+    released = released_programs(course_root() / "release" / aid / f"{aid}.ipynb", items)
+    groups, skipped = compare(rows, items, released, settings.min_nodes, settings.min_items)
+    number = {item: k for k, item in enumerate(items, 1)}
+    return {"settings": settings, "compared": len(rows) - sum(map(len, skipped.values())), "skipped": skipped,
+            "groups": [{"names": g.names, "numbers": item_ranges(number[i] for i in g.items), "items": g.items}
+                       for g in groups]}
+
+
+def similar_text(folder):
+    """The similar groups of the results under `folder` as terminal lines (for `course report` to print):
+    'aid: items 3-5 (a, b, c) of alice and bob are the same program'."""
+    lines = []
+    for aid, rows in by_assignment(load_results(folder)).items():
+        similar = similar_section(aid, rows)
+        for g in similar["groups"] if similar else []:
+            lines.append(f"{aid}: items {g['numbers']} ({', '.join(g['items'])}) of {and_list(g['names'])} are the "
+                         f"same program")
+    return lines
+
+
+def and_list(names):
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def class_report(folder):
+    """The whole report as one HTML string, one section per assignment found (a folder of one assignment's results,
+    or of one folder per assignment); rendered with autoescape, so every name and message from a submission is
+    escaped."""
+    import matplotlib
+    matplotlib.use("Agg")
+    rows = load_results(folder)
+    if not rows:
+        raise ValueError(f"no results.json files in {folder} or the folders below it")
+    sections = [assignment_section(aid, found) for aid, found in by_assignment(rows).items()]
+    return render_html("class_report.html.j2", folder=str(folder), count=len(rows), sections=sections)
+
+
+def by_assignment(rows):
+    """aid -> its (name, result) rows, the assignments in sorted order."""
+    by_aid = {}
+    for name, result in rows:
+        by_aid.setdefault(result.get("extra_data", {}).get("assignment", "?"), []).append((name, result))
+    return dict(sorted(by_aid.items()))

@@ -1,0 +1,1 @@
+"""The student's process: the grader's side, the wire protocol, and the standalone student side (child)."""

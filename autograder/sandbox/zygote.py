@@ -1,0 +1,122 @@
+"""The zygote: one process per grader that has imported torch and forks each sandbox from there.
+
+Started from sandbox_child.py with the grader's import path less the course and an environment with nothing of
+the grader's (import_path, sandbox_env); a sandbox then starts in milliseconds, not in torch's import time.
+"""
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from autograder.sandbox.channel import read_line
+from autograder.sandbox.protocol import SandboxFailure, as_text
+
+CHILD = Path(__file__).with_name("child.py")
+SCRATCH_DIR = tempfile.gettempdir()  # where each sandbox's scratch folder is made
+STARTUP_SECONDS = 300  # the process importing torch before any student code runs: not the student's time
+
+
+def import_path():
+    """The grader's sys.path for the zygote, less the course: no folder that holds the course's or the grader's
+    own files (solutions, suites, the checkout's root that an editable install or pytest puts on the path), the
+    working folder (`python -m` puts it first: a TA's batch folder, say), the home folder or the temporary
+    folder above them; what is inside the Python environment, or is an installed packages folder
+    (site-packages, even one inside the course's folder), stays."""
+    from autograder.course.config import ROOT, course_root
+    env = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
+    hidden = [ROOT.resolve(), course_root().resolve(), Path.cwd().resolve(), Path.home().resolve(),
+              Path(SCRATCH_DIR).resolve()]
+    out = []
+    for entry in sys.path:
+        if not entry or not os.path.exists(entry):
+            continue
+        path = Path(entry).resolve()
+        inside_env = any(path == e or e in path.parents for e in env) or \
+            bool({"site-packages", "dist-packages"} & set(path.parts))
+        holds_hidden = any(path == h or path in h.parents for h in hidden)
+        inside_course = any(h in path.parents for h in hidden[:2])
+        if inside_env or not (holds_hidden or inside_course):
+            out.append(str(path))
+    return out
+
+
+def sandbox_env(threads=None):
+    """The student's environment: nothing of the grader's but locale, threads and the visible GPUs."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
+                                                         "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                         "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return env
+
+
+class Zygote:
+    """The grader's zygote (see sandbox_child's `zygote`): started at the first spawn, replaced once if it died."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.proc = None
+
+    def spawn(self, cfg):
+        """Start a sandbox; returns (pid, (req_w, resp_r, out_r, status_r, life_w)), the grader's pipe ends.
+
+        life_w is the sandbox's lifeline: only this process holds it, and its closing ends the sandbox.
+        """
+        for attempt in (1, 2):  # a zygote that died since its last spawn is replaced once
+            (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w), (life_r, life_w) = \
+                (os.pipe() for _ in range(5))
+            theirs = [req_r, resp_w, out_w, status_w, life_r]
+            try:
+                with self.lock:
+                    if self.proc is None or self.proc.poll() is not None:
+                        self._start()
+                    try:
+                        socket.send_fds(self.sock, [json.dumps(cfg).encode()], theirs)
+                    except OSError:
+                        pass  # the zygote went away between poll() and send: reading the pid below fails
+            finally:
+                for fd in theirs:  # the message holds its own copies: a zygote that dies means EOF, not a wait
+                    os.close(fd)
+            ready, _, _ = select.select([status_r], [], [], STARTUP_SECONDS)
+            line = read_line(status_r) if ready else ""
+            if line.strip().isdigit():
+                return int(line), (req_w, resp_r, out_r, status_r, life_w)
+            for fd in (req_w, resp_r, out_r, status_r, life_w):
+                os.close(fd)
+            with self.lock:
+                try:  # a dying zygote closes its files a moment before it can be reaped
+                    self.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    break  # the zygote is alive and still could not start it: no point retrying
+        raise SandboxFailure("sandbox", f"the sandbox process could not be started: {self.last_error()}")
+
+    def _start(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
+        # its stderr (an import that fails, a monitor's traceback) goes to a file only the grader holds: the
+        # cause a failed start names
+        self.errors = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno()),
+                                      json.dumps(import_path())],
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=self.errors,
+                                     env=sandbox_env(), cwd="/")
+        theirs.close()
+        self.sock = ours
+
+    def last_error(self):
+        """The last line of the zygote's stderr that says something (`ModuleNotFoundError: No module named ...`)."""
+        try:
+            self.errors.seek(0)
+            lines = [line.strip() for line in self.errors.read()[-8192:].decode(errors="replace").splitlines()]
+        except (AttributeError, OSError, ValueError):
+            lines = []
+        said = [line for line in lines if line and not line.startswith(("File ", "Traceback", "^", "~"))]
+        return as_text(said[-1][:300]) if said else "it wrote nothing on stderr"
+
+
+ZYGOTE = Zygote()
