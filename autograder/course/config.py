@@ -163,7 +163,7 @@ class Gradescope(Strict):
 
 class Data(Strict):
     mnist_dir: str
-    mnist_download: bool = True
+    mnist_download: bool = False
 
 
 class Similarity(Strict):
