@@ -186,3 +186,18 @@ def test_solutions_are_the_course_roots_when_it_has_them_else_the_installed_pack
     assert spec.origin == str(tmp_path / "solutions" / "__init__.py")
     assert list(spec.submodule_search_locations) == [str(tmp_path / "solutions")]
     assert CourseSolutions().find_spec("solutions_extra") is None and CourseSolutions().find_spec("autograder") is None
+
+
+def test_the_type_checkers_limit_overrides_are_limits_fields():
+    """config.py spells LimitOverrides' fields out for the type checker (the runtime model is built from Limits):
+    the two lists cannot drift."""
+    import ast
+
+    from autograder.course import config
+    tree = ast.parse(open(config.__file__).read())
+    spelled = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "LimitOverrides")
+    fields = {s.target.id: ast.unparse(s.annotation) for s in spelled.body if isinstance(s, ast.AnnAssign)}
+    expected = {name: f"{f.annotation.__name__} | None" for name, f in config.Limits.model_fields.items()
+                if name not in config.COURSE_WIDE}
+    assert fields == expected
+    assert set(config.LimitOverrides.model_fields) == set(expected)

@@ -1,12 +1,14 @@
 """course.yaml: load, validate, and answer questions about points, limits and experiments."""
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import re
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
@@ -39,9 +41,20 @@ COURSE_WIDE = {"allow_unisolated"}  # limits an item or the Gradescope profile c
 
 # An item's `limits:` and `gradescope.limits`: any of Limits' fields but COURSE_WIDE, with the same types and bounds;
 # None (left out) keeps the course's value.
-LimitOverrides = create_model("LimitOverrides", __base__=Strict, **{
-    name: (Optional[Annotated[(f.annotation, *f.metadata)]], None)
-    for name, f in Limits.model_fields.items() if name not in COURSE_WIDE})
+if TYPE_CHECKING:  # the type checker sees Limits' fields, all optional (None: the course's value)
+    class LimitOverrides(Strict):
+        setup_seconds: float | None = None
+        item_seconds: float | None = None
+        experiment_seconds: float | None = None
+        memory_mb: int | None = None
+        output_kb: int | None = None
+        disk_mb: int | None = None
+        processes: int | None = None
+        search_seconds: float | None = None
+else:
+    LimitOverrides = create_model("LimitOverrides", __base__=Strict, **{
+        name: (Optional[Annotated[(f.annotation, *f.metadata)]], None)
+        for name, f in Limits.model_fields.items() if name not in COURSE_WIDE})
 
 
 class Bound(Strict):
@@ -49,15 +62,15 @@ class Bound(Strict):
     max: Optional[float] = None
 
     @model_validator(mode="after")
-    def one_side(self):
+    def one_side(self) -> "Bound":
         if self.min is None and self.max is None:
             raise ValueError("a threshold needs `min` or `max`")
         return self
 
-    def holds(self, value):
+    def holds(self, value: float) -> bool:
         return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return " and ".join(s for s in (self.min is not None and f">= {self.min:g}",
                                         self.max is not None and f"<= {self.max:g}") if s)
 
@@ -71,7 +84,7 @@ class Item(Strict):
 
     @field_validator("points")
     @classmethod
-    def positive(cls, points):
+    def positive(cls, points: dict[str, float]) -> dict[str, float]:
         if not points or any(p <= 0 for p in points.values()):
             raise ValueError("every check needs positive points, and an item needs at least one check")
         return points
@@ -89,16 +102,16 @@ class Experiment(Strict):
     name: str = ""
 
     @property
-    def graded(self):
+    def graded(self) -> bool:
         return self.points > 0
 
     @property
-    def cfg(self):
+    def cfg(self) -> dict[str, Any]:
         """The plain dict the harness functions receive."""
         return {"name": self.name, "steps": self.steps, "seeds": list(self.seeds), "metric": self.metric,
                 "threshold": {k: b.model_dump() for k, b in self.threshold.items()}, "lecture": dict(self.lecture)}
 
-    def failures(self, metrics):
+    def failures(self, metrics: dict[str, float]) -> list[str]:
         """The thresholds these metrics miss, each as a readable sentence."""
         out = []
         for key, bound in self.threshold.items():
@@ -118,7 +131,7 @@ class Assignment(Strict):
     id: str = ""
 
     @model_validator(mode="after")
-    def experiments_name_items(self):
+    def experiments_name_items(self) -> "Assignment":
         for name, exp in self.experiments.items():
             exp.name = name
             if exp.item is not None and exp.item not in self.items:
@@ -127,16 +140,16 @@ class Assignment(Strict):
                 raise ValueError(f"experiments.{name}: an experiment with points needs an `item`")
         return self
 
-    def item_points(self, item):
+    def item_points(self, item: str) -> float:
         """Total points of one item: its checks plus the experiments it trains."""
         return sum(self.items[item].points.values()) + sum(
             e.points for e in self.experiments.values() if e.item == item)
 
     @property
-    def total_points(self):
+    def total_points(self) -> float:
         return sum(self.item_points(i) for i in self.items)
 
-    def experiments_of(self, item):
+    def experiments_of(self, item: str) -> list[Experiment]:
         return [e for e in self.experiments.values() if e.item == item and e.graded]
 
 
@@ -148,7 +161,7 @@ class Gradescope(Strict):
     limits: LimitOverrides = LimitOverrides()    # replace the course's `limits` in the zip's course.yaml
 
     @model_validator(mode="after")
-    def fits_the_container(self):
+    def fits_the_container(self) -> "Gradescope":
         # Otter's start, the kernel and results.json need the rest of the timeout; past it the student gets 0
         # with no feedback at all
         if self.budget_seconds > self.timeout_minutes * 60 - 60:
@@ -189,7 +202,7 @@ class Course(Strict):
 
     @field_validator("oracles")
     @classmethod
-    def oracles_cover_from_scratch(cls, oracles, info):
+    def oracles_cover_from_scratch(cls, oracles: dict[str, list[str]], info: Any) -> dict[str, list[str]]:
         for name, paths in oracles.items():
             bad = [p for p in paths if not DOTTED.fullmatch(p)]
             if not paths or bad:
@@ -204,26 +217,26 @@ class Course(Strict):
         return oracles
 
     @model_validator(mode="after")
-    def name_assignments(self):
+    def name_assignments(self) -> "Course":
         for aid, a in self.assignments.items():
             a.id = aid
         return self
 
     @property
-    def mnist_dir(self):
+    def mnist_dir(self) -> Path:
         d = Path(os.path.expanduser(self.data.mnist_dir))
         return d if d.is_absolute() else (self.path.parent / d).resolve()
 
     @property
-    def mnist_download(self):
+    def mnist_download(self) -> bool:
         return self.data.mnist_download
 
-    def assignment(self, aid):
+    def assignment(self, aid: str) -> Assignment:
         if aid not in self.assignments:
             raise ConfigError(f"{self.path}: no assignment '{aid}' (known: {', '.join(self.assignments)})")
         return self.assignments[aid]
 
-    def limits_for(self, aid, item=None):
+    def limits_for(self, aid: str, item: str | None = None) -> Limits:
         """The course-wide limits with the item's overrides applied."""
         merged = self.limits.model_dump()
         if item is not None:
@@ -232,7 +245,7 @@ class Course(Strict):
         return Limits(**merged)
 
 
-def parse_course(text, path):
+def parse_course(text: str, path: str | Path) -> "Course":
     """Validate course.yaml's text; errors name the file and the dotted key."""
     try:
         raw = yaml.safe_load(text)
@@ -251,7 +264,7 @@ def parse_course(text, path):
         raise ConfigError("\n".join(lines)) from None
 
 
-def course_root():
+def course_root() -> Path:
     """The course being graded: $COURSE_ROOT (`course --course DIR` sets it), else the nearest folder at or above the
     working folder that holds course.yaml, else the package's own checkout.
 
@@ -275,16 +288,16 @@ def course_root():
 
 
 @lru_cache(maxsize=4)
-def _load(path):
+def _load(path: str) -> Course:
     return parse_course(Path(path).read_text(), path)
 
 
-def load_course(path=None):
+def load_course(path: str | Path | None = None) -> Course:
     """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root())."""
     return _load(str(Path(path or os.environ.get("COURSE_CONFIG") or course_root() / "course.yaml").resolve()))
 
 
-def released_notebook(aid):
+def released_notebook(aid: str) -> Path:
     """release/<aid>/<aid>.ipynb at the course root: its setup cells are the trusted ones, so grading needs it."""
     root = course_root()
     path = root / "release" / aid / f"{aid}.ipynb"
@@ -304,7 +317,8 @@ class CourseSolutions(importlib.abc.MetaPathFinder):
     course folder's copy of `autograder` too, and grade with other code than its parent.
     """
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name != "solutions":
             return None  # solutions.<aid> is found through the package's __path__, the folder chosen here
         try:

@@ -3,22 +3,24 @@ import gzip
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 SETTING = "COURSE_MNIST_DIR"  # environment variable; course.yaml's data.mnist_dir is the default
-IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+IDX_DTYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 SPLITS = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
           "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
-_announced = set()
+_announced: set[str] = set()
+Split = tuple[Any, Any]  # (images uint8 (N, 28, 28), labels (N,)) as numpy arrays
 
 
 class MnistMissing(FileNotFoundError):
     """No MNIST could be found: the message names the setting to fix."""
 
 
-def read_idx(path):
+def read_idx(path: str | Path) -> np.ndarray:
     """One IDX file (optionally gzipped) as a numpy array: magic, dims, then big-endian data."""
     path = Path(path)
     raw = path.read_bytes()
@@ -34,17 +36,18 @@ def read_idx(path):
     return np.frombuffer(body, dtype=dtype).reshape(dims)
 
 
-def _find(folder, stem):
+def _find(folder: Path, stem: str) -> Path | None:
     for name in (stem, stem + ".gz"):
         if (folder / name).exists():
             return folder / name
     return None
 
 
-def read_split(folder, split):
+def read_split(folder: Path, split: str) -> Split | None:
     """(images uint8 (N, 28, 28), labels uint8 (N,)) of one split in `folder`, or None if absent."""
-    paths = [_find(folder, stem) for stem in SPLITS[split]]
-    if None in paths:
+    found = [_find(folder, stem) for stem in SPLITS[split]]
+    paths = [p for p in found if p is not None]
+    if len(paths) < len(found):
         return None
     images, labels = (read_idx(p) for p in paths)
     if len(images) != len(labels):
@@ -52,7 +55,7 @@ def read_split(folder, split):
     return images, labels
 
 
-def mnist_dir(default=None):
+def mnist_dir(default: str | Path | None = None) -> Path:
     """The configured IDX folder: $COURSE_MNIST_DIR, else course.yaml's data.mnist_dir."""
     if os.environ.get(SETTING):
         return Path(os.environ[SETTING])
@@ -62,7 +65,7 @@ def mnist_dir(default=None):
     return load_course().mnist_dir
 
 
-def _torchvision(root):
+def _torchvision(root: Path) -> tuple[Split, Split] | None:
     """Both splits through torchvision's downloader, or None when it cannot fetch them."""
     try:
         from torchvision.datasets import MNIST
@@ -72,7 +75,7 @@ def _torchvision(root):
     return (train.data.numpy(), train.targets.numpy()), (test.data.numpy(), test.targets.numpy())
 
 
-def data_source(folder=None, download=None):
+def data_source(folder: str | Path | None = None, download: bool | None = None) -> tuple[str, Path]:
     """(kind, folder): which images load_mnist uses ('idx', 'download' or 'test split'; 'missing' if none)."""
     folder = mnist_dir(folder)
     if download is None:
@@ -85,33 +88,35 @@ def data_source(folder=None, download=None):
     return ("test split" if "test" in have else "missing"), folder
 
 
-def load_mnist(n_train=10000, n_test=2000, folder=None, download=None):
+def load_mnist(n_train: int = 10000, n_test: int = 2000, folder: str | Path | None = None,
+               download: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(X_train, y_train, X_test, y_test): float32 (N, 784) in [0, 1] and int64 labels, on the CPU."""
     kind, folder = data_source(folder, download)
+    splits: Any
     if kind == "idx":
         splits = read_split(folder, "train"), read_split(folder, "test")
     elif kind == "download":
         splits = _torchvision_once()
     elif kind == "test split":
-        splits = _split_test_only(read_split(folder, "test"), folder)
+        splits = _split_test_only(read_split(folder, "test"), folder)  # type: ignore[arg-type]  # found by data_source
     else:
         raise MnistMissing(
             f"MNIST not found: no IDX files (t10k-images-idx3-ubyte[.gz], ...) in {folder} and no download. "
             f"Set {SETTING} (or data.mnist_dir in course.yaml) to a folder with the MNIST IDX files.")
     (images_train, labels_train), (images_test, labels_test) = splits
-    def as_x(a, n):  # (n, 784) in [0, 1]
+    def as_x(a: Any, n: int) -> torch.Tensor:  # (n, 784) in [0, 1]
         return torch.from_numpy(np.asarray(a[:n], dtype=np.float32).reshape(len(a[:n]), 784) / 255.0)
 
-    def as_y(a, n):
+    def as_y(a: Any, n: int) -> torch.Tensor:
         return torch.from_numpy(np.asarray(a[:n], dtype=np.int64))
 
     return as_x(images_train, n_train), as_y(labels_train, n_train), as_x(images_test, n_test), as_y(labels_test, n_test)
 
 
-_download_result = []
+_download_result: list[tuple[Split, Split] | None] = []
 
 
-def _torchvision_once():
+def _torchvision_once() -> tuple[Split, Split] | None:
     """Try the download once per process: offline, every later call goes straight to the folder."""
     if not _download_result:
         root = Path(os.environ.get("COURSE_MNIST_CACHE", Path.home() / ".cache" / "course-mnist"))
@@ -119,7 +124,7 @@ def _torchvision_once():
     return _download_result[0]
 
 
-def _split_test_only(test, folder):
+def _split_test_only(test: Split, folder: Path) -> tuple[Split, Split]:
     """Only the 10,000-image test split: its first 8,000 train, its last 2,000 test."""
     images, labels = test
     if str(folder) not in _announced:
@@ -129,7 +134,7 @@ def _split_test_only(test, folder):
     return (images[:8000], labels[:8000]), (images[-2000:], labels[-2000:])
 
 
-def _download_allowed():
+def _download_allowed() -> bool:
     try:
         from autograder.course.config import load_course
         return load_course().mnist_download

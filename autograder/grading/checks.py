@@ -65,7 +65,7 @@ def check_device(name: str, ref: str | torch.device, got: Any) -> None:
         raise Fail(f"'{name}' is on {got_dev}, expected {ref} (the input's device)")
 
 
-def _where(index, dims):
+def _where(index: Any, dims: Any) -> str:
     if dims is None:
         return "at index " + str(tuple(index))
     labels = [f"{d} {i}" for d, i in zip(dims, index) if d]
@@ -120,7 +120,7 @@ def check_signature(name: str, expected: str, info: Any, methods: Mapping[str, s
         _compare_params(f"{name}.{method}", sig, got)
 
 
-def _compare_params(name, expected, got):
+def _compare_params(name: str, expected: str, got: Any) -> None:
     if got is None:
         raise Fail(f"the signature of '{name}' cannot be read")
     want = parse_signature(expected)

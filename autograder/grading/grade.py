@@ -7,6 +7,7 @@ run their sessions in worker processes (autograder/batch/run.py).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,22 +33,22 @@ class NativeTracebacks:
     option, which is off here, so it is set on the config."""
 
     @staticmethod
-    def pytest_configure(config):
+    def pytest_configure(config: pytest.Config) -> None:
         config.option.tbstyle = "native"
 
 
-def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, device: str = "auto", log=None,
+def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, device: str = "auto", log: Callable[[str], object] | None = None,
                    experiments: bool = True, limits: dict | None = None, threads: int | None = None) -> Results:
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
     Raises GraderError when the grader's own side fails (the sandbox cannot start, a suite or a harness breaks,
     the experiments' data is missing), so that no one is given a zero for it, and KeyboardInterrupt when the
-    session was interrupted. GraderError is defined with the experiments, which raise it too.
+    session was interrupted.
 
     `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
     student's process's CPU threads (set when several submissions are graded at once).
     """
-    grading = Grading(Settings(submission=path, assignment=aid, device=device, items=items, experiments=experiments,
+    grading = Grading(Settings(submission=Path(path), assignment=aid, device=device, items=items, experiments=experiments,
                                limits=limits, threads=threads, log=log))
     code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
     if grading.grader_error or code == GRADER_FAILED:

@@ -14,11 +14,14 @@ import hashlib
 import importlib.metadata
 import platform
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 import torch
 
 from autograder.notebooks.cells import names_used
+
+if TYPE_CHECKING:
+    from autograder.course.config import Assignment, Course, Item
 
 NOT_IMPLEMENTED = "NotImplementedError"
 DISTRIBUTION = "attention-course"  # pyproject.toml's [project] name: the package's version comes from its metadata
@@ -55,14 +58,14 @@ def seed_for(*parts: object) -> int:
 class Outcome:
     """One (item, kind)'s result in the shape results.json wants; every test scoring it must pass for its points."""
 
-    def __init__(self, item, kind, max_score):
+    def __init__(self, item: str, kind: str, max_score: float) -> None:
         self.item, self.kind, self.max_score = item, kind, float(max_score)
         self.score, self.output, self.seconds = 0.0, "", 0.0
         self.not_implemented = False
-        self.extra = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
+        self.extra: dict[str, Any] = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
         self.failed = False   # one of its tests failed (a kind may have several: parametrized checks)
 
-    def add(self, passed, output, seconds, case=""):
+    def add(self, passed: bool, output: str, seconds: float, case: str = "") -> None:
         """Fold in one test's result: the first failure's message and case are the ones shown."""
         self.seconds += seconds
         if passed and not self.failed:
@@ -73,7 +76,7 @@ class Outcome:
                 self.extra["case"] = case
 
     def as_test(self) -> CheckResult:
-        test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
+        test: CheckResult = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
                 "max_score": self.max_score, "status": "passed" if self.score >= self.max_score else "failed",
                 "output": self.output, "visibility": "visible", "seconds": round(self.seconds, 3)}
         if self.extra:
@@ -81,7 +84,7 @@ class Outcome:
         return test
 
 
-def scratch_violation(spec, source):
+def scratch_violation(spec: Item, source: str | None) -> str:
     """The oracle name a from-scratch item's cell mentions in code (comments and strings don't count)."""
     if not spec.from_scratch or source is None:
         return ""
@@ -89,7 +92,7 @@ def scratch_violation(spec, source):
     return next((oracle for oracle in spec.from_scratch if oracle in names), "")
 
 
-def tripwire_table(course, assignment):
+def tripwire_table(course: Course, assignment: Assignment) -> dict[str, dict[str, Any]]:
     """What the sandbox watches for an assignment: {"oracles": name -> dotted paths, "scratch": item -> names,
     "experiments": experiment -> item}, only for the oracles its from-scratch items name."""
     scratch = {item: list(spec.from_scratch) for item, spec in assignment.items.items() if spec.from_scratch}
@@ -98,7 +101,7 @@ def tripwire_table(course, assignment):
             "experiments": {e.name: e.item for e in assignment.experiments.values() if e.item in scratch}}
 
 
-def zero_reason(item, oracle_used, not_implemented):
+def zero_reason(item: str, oracle_used: str, not_implemented: bool) -> str:
     """Why every check of the item scores 0 (rules 2 and 3), or ''."""
     if oracle_used:
         # a from-scratch item that calls its oracle has shown nothing of its own, whatever else passed or failed
@@ -109,7 +112,7 @@ def zero_reason(item, oracle_used, not_implemented):
     return ""
 
 
-def grader_version():
+def grader_version() -> str:
     """The installed package's version, or 'unknown' where it runs from a checkout that was never installed."""
     try:
         return importlib.metadata.version(DISTRIBUTION)

@@ -22,6 +22,8 @@ The grader's side encodes with `to_student` and decodes with `from_student`; the
 """
 import json
 import re
+from collections.abc import Callable
+from typing import Any
 
 import safetensors.torch
 import torch
@@ -36,6 +38,9 @@ MAX_DEPTH = 6        # containers inside containers sent back; deeper is describ
 MAX_TEXT = 1000      # characters of a string sent back
 MAX_REPR = 200       # characters of a description (Opaque)
 
+Tensors = dict[str, torch.Tensor]  # a message's tensors by key
+Objects = dict[str, Any]            # the student's side: modules by handle
+
 
 class ProtocolError(ValueError):
     """A line on the channel that is not a message of this protocol (a forgery, say)."""
@@ -44,7 +49,7 @@ class ProtocolError(ValueError):
 class SandboxFailure(Exception):
     """The student's process did not answer: kind is timeout, memory, crash or sandbox."""
 
-    def __init__(self, kind, message):
+    def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -52,14 +57,14 @@ class SandboxFailure(Exception):
 class StudentRaised(Exception):
     """The student's code raised; the message is the exception and the cell line it came from."""
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__(as_text(message))
 
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def as_text(text):
+def as_text(text: str) -> str:
     """What the student's process said, with control characters shown as escapes (`\\x1b[2J`), never acted on.
 
     It ends up in terminals, results.json and feedback pages: an ANSI escape or a bidi override must read as
@@ -68,7 +73,7 @@ def as_text(text):
     return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
-def safe_repr(v):
+def safe_repr(v: object) -> str:
     """repr(v), cut; whatever the student's __repr__ does."""
     try:
         return repr(v)[:MAX_REPR]
@@ -78,12 +83,12 @@ def safe_repr(v):
 
 # --- messages ------------------------------------------------------------------------------------
 
-def frame(msg, blob=b""):
+def frame(msg: dict[str, Any], blob: bytes = b"") -> bytes:
     """One message on the wire: its JSON line, which announces `blob`'s length, then `blob`."""
     return (json.dumps({**msg, "blob": len(blob)}) + "\n").encode() + blob
 
 
-def header(line):
+def header(line: bytes | str) -> tuple[dict[str, Any], int]:
     """(message, size of the blob that follows) from one line; ProtocolError if it is not a message."""
     try:
         msg = json.loads(line)
@@ -95,17 +100,17 @@ def header(line):
     return msg, size
 
 
-def carried(t):
+def carried(t: torch.Tensor) -> torch.Tensor:
     """A tensor as it travels: detached, on the CPU, contiguous, its own storage (safetensors refuses shared)."""
     return t.detach().to("cpu").contiguous().clone()
 
 
-def pack(tensors):
+def pack(tensors: Tensors) -> bytes:
     """A message's tensors as safetensors bytes (data only, never code); b"" for none."""
     return safetensors.torch.save(tensors) if tensors else b""
 
 
-def unpack(blob):
+def unpack(blob: bytes) -> Tensors:
     """The tensors of a message's blob."""
     return safetensors.torch.load(blob) if blob else {}
 
@@ -115,38 +120,38 @@ def unpack(blob):
 class Remote:
     """A student's object that lives in the sandbox (a module), referred to by handle."""
 
-    def __init__(self, handle, type_name):
+    def __init__(self, handle: str, type_name: str) -> None:
         self.handle, self.type_name = handle, type_name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<student {self.type_name}>"
 
 
 class Opaque:
     """A value the protocol could not carry (neither tensor nor number): only its description came back."""
 
-    def __init__(self, text):
+    def __init__(self, text: object) -> None:
         self.text = as_text(str(text))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return self.text
 
 
 class Seeded:
     """A torch.Generator seeded in the student's process."""
 
-    def __init__(self, seed):
+    def __init__(self, seed: int) -> None:
         self.seed = seed
 
 
 class Fresh:
     """A PyTorch module (torch.nn.<cls>) built in the student's process with the grader's weights."""
 
-    def __init__(self, cls, *args, state=(), **kwargs):
+    def __init__(self, cls: str, *args: Any, state: tuple | list = (), **kwargs: Any) -> None:
         self.cls, self.args, self.kwargs, self.state = cls, args, kwargs, list(state)
 
 
-def to_student(v, tensors, device="cpu"):
+def to_student(v: Any, tensors: Tensors, device: str = "cpu") -> Any:
     """Arguments for the student's process: tensors by reference (added to `tensors`), modules by handle."""
     if isinstance(v, torch.Tensor):
         key = f"a{len(tensors)}"
@@ -179,7 +184,7 @@ def to_student(v, tensors, device="cpu"):
     return v
 
 
-def from_student(v, tensors):
+def from_student(v: Any, tensors: Tensors) -> Any:
     """An answer's value: tensors from `tensors` (marked with the device they were on there), modules as Remote.
 
     What the student's process sent is untrusted: a forged value raises KeyError, TypeError or AttributeError.
@@ -187,7 +192,7 @@ def from_student(v, tensors):
     if isinstance(v, dict):
         if TENSOR in v:
             t = tensors[v[TENSOR]]
-            t.student_device = v.get(DEVICE, "cpu")
+            t.student_device = v.get(DEVICE, "cpu")  # type: ignore[attr-defined]  # the checks read it beside the values
             return t
         if TUPLE in v:
             return tuple(from_student(x, tensors) for x in v[TUPLE])
@@ -204,7 +209,8 @@ def from_student(v, tensors):
 
 # --- values, the student's side ------------------------------------------------------------------
 
-def from_grader(v, tensors, objects, assign_state):
+def from_grader(v: Any, tensors: Tensors, objects: Objects,
+                assign_state: Callable[[torch.nn.Module, list[torch.Tensor]], object]) -> Any:
     """Arguments as the student's code gets them: tensors on their device (requires_grad where `grad`), modules
     from `objects` by handle; `assign_state(module, tensors)` gives a `new` module the grader's weights."""
     if isinstance(v, dict):
@@ -235,7 +241,7 @@ def from_grader(v, tensors, objects, assign_state):
     return v
 
 
-def to_grader(v, tensors, objects, depth=0):
+def to_grader(v: Any, tensors: Tensors, objects: Objects, depth: int = 0) -> Any:
     """A value for the grader: tensors (and numpy arrays) copied into `tensors`, modules kept in `objects` and
     sent by handle, anything else described; cut to the limits above."""
     if depth > MAX_DEPTH:
