@@ -170,6 +170,8 @@ def cmd_demo(args):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before anything loads torch (and with it libgomp): the grader's own threads wait passively, as its sandboxes'
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = argparse.ArgumentParser(prog="course", description=__doc__)
     parser.add_argument("--course", metavar="DIR", help="the course folder (course.yaml, release/, assignments/): "
                         "default $COURSE_ROOT, else the nearest folder at or above the working folder with course.yaml")

@@ -337,6 +337,16 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
         assert ask(sb, "threads") == (1, 1)
 
 
+def test_openmp_threads_wait_passively_from_the_zygotes_start():
+    """libgomp reads OMP_WAIT_POLICY once, when the zygote's torch loads it: the zygote's own environment (not only
+    each sandbox's) says PASSIVE, so its threads sleep instead of spinning against a busy machine's other work."""
+    from autograder.sandbox.zygote import ZYGOTE
+    with sandbox_of(("setup_w", "import os\ndef policy():\n    return os.environ.get('OMP_WAIT_POLICY')\n")) as sb:
+        assert ask(sb, "policy") == "PASSIVE"
+        environ = Path(f"/proc/{ZYGOTE.proc.pid}/environ").read_bytes().split(b"\0")
+    assert b"OMP_WAIT_POLICY=PASSIVE" in environ
+
+
 def test_a_sandbox_that_cannot_start_names_the_cause(monkeypatch):
     """The zygote's own error (here: numpy not on its import path) is in the grader's message, not just
     'could not be started'."""

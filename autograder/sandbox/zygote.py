@@ -46,11 +46,17 @@ def import_path():
 
 
 def sandbox_env(threads=None):
-    """The student's environment: nothing of the grader's but locale, threads and the visible GPUs."""
+    """The student's environment: nothing of the grader's but locale, threads and the visible GPUs.
+
+    OpenMP's threads wait passively: its default spins them between parallel regions, and where another process
+    keeps the cores busy (a shared JupyterHub server, a second worker) the spinning fights it for them. libgomp
+    reads the setting when torch loads it, so it must be in the zygote's environment, not set after the fork.
+    """
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
                                                          "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                          "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    env.update(PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg", CUBLAS_WORKSPACE_CONFIG=":4096:8",
+               OMP_WAIT_POLICY="PASSIVE")
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
