@@ -32,7 +32,7 @@ async def wait_after_a_consumed_wakeup(channel_class):
         time.sleep(0.5)  # the reply arrives while the event loop is not looking
         zmq.Socket.shadow(client_side.underlying).get(zmq.EVENTS)  # processing its commands consumes the edge
         return (await asyncio.wait_for(waiting, STALL_S))["msg_type"]
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return "still waiting"
     finally:
         kernel_side.close(linger=0)

@@ -43,7 +43,7 @@ def test_a_full_folder_gives_both_splits(tmp_path):
         write_idx(tmp_path / f"{stem}-labels-idx1-ubyte.gz", rng.integers(0, 10, (n,)), compress=True)
     x, y, xt, yt = load_mnist(n_train=20, n_test=12, folder=tmp_path, download=False)
     assert x.shape == (20, 784) and xt.shape == (12, 784) and y.dtype.is_floating_point is False
-    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+    assert float(x.min()) >= 0.0 and float(x.max()) <= 1.0
 
 
 def test_missing_data_is_one_error_naming_the_setting(tmp_path):

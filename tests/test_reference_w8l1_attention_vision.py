@@ -678,7 +678,7 @@ def test_make_shapes():
     imgs, q, a = h.make_shapes(20, 0)
     assert imgs.shape == (20, 3, 32, 32) and q.shape == a.shape == (20, 3)
     assert torch.equal(q // 3, torch.arange(3).expand(20, 3)) and (a >= 0).all() and (a < 16).all()
-    assert 0 <= imgs.min() and imgs.max() <= 1
+    assert imgs.min() >= 0 and imgs.max() <= 1
     assert torch.equal(h.make_shapes(20, 0)[0], imgs) and not torch.equal(h.make_shapes(20, 1)[0], imgs)
 
 

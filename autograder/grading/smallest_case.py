@@ -17,8 +17,8 @@ import functools
 import os
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
