@@ -198,7 +198,7 @@ def test_a_results_folder_reused_for_another_assignment_grades_again(tmp_path):
     assert how == "graded" and lab["extra_data"]["assignment"] == AID
     assert {t["item"] for t in lab["tests"]} == {SDPA} and lab["score"] == points(SDPA)
 
-    # the README's layout, one folder per assignment: `course report graded/` has a section for each
+    # docs/TA.md's layout, one folder per assignment: `course report graded/` has a section for each
     for aid, result in ((w8l1, w8), (AID, lab)):
         (r / aid).mkdir()
         (r / aid / "complete.json").write_text(json.dumps(result))

@@ -1,6 +1,6 @@
 """A real nbgrader round trip per assignment: generate, autograde three submissions, feedback, export.
 
-lab14's is the README's own TA commands on a fresh clone (tests/test_ta_workflow.py), so it is not repeated here.
+lab14's is docs/TA.md's own TA commands on a fresh clone (tests/test_ta_workflow.py), so it is not repeated here.
 
 The course directory is a temporary copy configured by the repository's own nbgrader_config.py (with its
 folders moved into the temporary directory), so TAs' `nbgrader autograde` is exactly what runs here.

@@ -1,9 +1,9 @@
-"""A new TA on a fresh clone: the README's TA commands, run exactly as written, grade lab14 end to end.
+"""A new TA on a fresh clone: docs/TA.md's nbgrader commands, run exactly as written, grade lab14 end to end.
 
 This is lab14's nbgrader round trip (tests/test_nbgrader_roundtrip.py runs the other two assignments'): the
 gradebook's scores are `course grade`'s, and the feedback page shows the reasons and nothing hidden.
 
-The commands and the submission layout are read from README.md, so the two cannot drift apart. The clone
+The commands and the submission layout are read from docs/TA.md, so the two cannot drift apart. The clone
 is a copy of the tracked files (what `git clone` gives); this environment's `course` and `nbgrader` run in it
 with the clone's own code first on the path.
 """
@@ -28,15 +28,17 @@ AID = "lab14_transformers"
 HOSTILE = "<script>alert('x')</script><b>bold</b>"
 
 
-def readme_ta_section():
-    text = (ROOT / "README.md").read_text()
-    return text[text.index("**TAs**"):text.index("**Instructors**")]
+def ta_section():
+    """docs/TA.md's section on grading with nbgrader, up to the next section."""
+    text = (ROOT / "docs" / "TA.md").read_text()
+    start = text.index("## Grading with nbgrader")
+    return text[start:text.index("\n## ", start)]
 
 
-def readme_ta_commands():
-    """The first indented block of the README's TA section, one command per line, comments dropped."""
+def ta_commands():
+    """The first indented block of that section, one command per line, comments dropped."""
     lines, block = [], False
-    for line in readme_ta_section().splitlines():
+    for line in ta_section().splitlines():
         if line.startswith("    ") and line.strip():
             block = True
             lines.append(re.sub(r"\s+#\s.*$", "", line.strip()))
@@ -69,13 +71,13 @@ def page_text(html):
 
 
 @pytest.mark.slow
-def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
-    commands = readme_ta_commands()
+def test_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
+    commands = ta_commands()
     assert [c.split()[:2] for c in commands] == [["course", "release"], ["nbgrader", "autograde"],
                                                  ["nbgrader", "generate_feedback"], ["nbgrader", "export"],
                                                  ["course", "grade"], ["course", "report"]], commands
     assert all(AID in c or c.startswith(("course report", "nbgrader export")) for c in commands), commands
-    layout = re.search(r"`(\S*submitted/<student>/<id>/<id>\.ipynb)`", readme_ta_section()).group(1)
+    layout = re.search(r"`(\S*submitted/<student>/<id>/<id>\.ipynb)`", ta_section()).group(1)
 
     clone = fresh_clone(tmp_path / "clone")
     graded_solutions[AID]  # alice's experiments are the graded solution's: the clone starts with the cache
@@ -115,7 +117,7 @@ def test_readme_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
         assert item in head, f"the summary does not name {item}"
         assert f"Checks of <code>{item}</code>" in feedback
     assert head.count("is not implemented yet") == 4  # one reason per stubbed item, not one per check
-    results = re.search(r"--results-dir (\S+)", commands[4]).group(1)  # the README's: one folder per assignment
+    results = re.search(r"--results-dir (\S+)", commands[4]).group(1)  # docs/TA.md's: one folder per assignment
     carol = json.loads((clone / results / "carol.json").read_text())
     lost = [t for t in carol["tests"] if t["item"] == "scaled_dot_product_attention" and t["score"] < t["max_score"]]
     assert lost, "carol's scaled Q must lose points"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The --device cuda check, for a machine with a GPU and its own Python + torch (not run in CI; see README).
+# The --device cuda check, for a machine with a GPU and its own Python + torch (not run in CI; see docs/TA.md).
 # Grades the complete and the half-done example notebooks of every assignment on CUDA through the pytest
 # path and `course grade` (two worker processes), and writes each results.json to $OUT (default ./device-out).
 # Expects the packages the grader needs beyond torch as wheels in .whl/ and MNIST's IDX files in .mnist/.
