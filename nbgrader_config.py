@@ -57,15 +57,16 @@ c.GenerateAssignment.preprocessors = [IncludeHeaderFooter, InstantiateTests, Loc
                                       SaveCells, CheckCellMetadata]
 
 # Autograde takes a submission folder's single notebook whatever its name, and stops a student it cannot grade with
-# one line saying why (autograder/integrations/nbgrader_plugin.py). nbgrader has no setting for the class `nbgrader autograde`
-# makes, so the app's name for it is pointed at the subclass.
+# one line saying why (autograder/integrations/nbgrader_plugin.py). nbgrader has no setting for the class
+# `nbgrader autograde` makes, so the app's name for it is pointed at the subclass.
 nbgrader.apps.autogradeapp.Autograde = CourseAutograde
 # The submission is repaired against the release (deleted, duplicated or edited locked cells, lost metadata) before
 # nbgrader's own checks, which would otherwise score such a notebook 0; each repair is logged and in the feedback.
 c.Autograde.sanitize_preprocessors = [RepairSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec,
                                       OverwriteCells, CheckCellMetadata]
-# Autograde: the isolated grader (one pytest session per notebook) scores the test cells instead of running the notebook in a kernel
-# (student code never runs in nbgrader's process, and a test cell's printed text cannot forge a score).
+# Autograde: the isolated grader (one pytest session per notebook) scores the test cells instead of running the
+# notebook in a kernel (student code never runs in nbgrader's process, and a test cell's printed text cannot forge
+# a score).
 c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 # Feedback opens with a summary of the grade (items, reasons, experiments), shows each check's message, never the

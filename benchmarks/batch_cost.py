@@ -26,7 +26,8 @@ def batch_seconds(folder, workers, device="cpu"):
     """Wall time of `course grade` over the folder (a fresh process, as a TA runs it)."""
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "autograder.cli", "grade", str(folder), "-a", AID, "--device", device,
-                    "--workers", str(workers)], check=True, capture_output=True, env={**os.environ, "COURSE_NO_CACHE": "1"})
+                    "--workers", str(workers)],
+                   check=True, capture_output=True, env={**os.environ, "COURSE_NO_CACHE": "1"})
     return time.perf_counter() - t0
 
 

@@ -4,8 +4,9 @@ Each assignment's complete submission (release + reference bodies) is graded by 
 core (`taskset -c 0`) inside a memory cgroup of `--memory-mb` (cgroup v1 or v2, as root; without one the cap
 is not applied and says so), training cache off, with the limits its Gradescope zip grades with (the course.yaml
 `course export gradescope` writes: the `gradescope:` profile; `--course-limits` for the course's own). The
-worst case (the load's limit plus every item's and every seed's limit) is printed beside the profile's budget. Peak memory is the cgroup's own high-water mark (what a
-container's limit sees) and the largest sum of the process tree's proportional set sizes seen in 0.25 s polls.
+worst case (the load's limit plus every item's and every seed's limit) is printed beside the profile's budget.
+Peak memory is the cgroup's own high-water mark (what a container's limit sees) and the largest sum of the
+process tree's proportional set sizes seen in 0.25 s polls.
 
     python benchmarks/gradescope_fit.py [ID ...] [--memory-mb 3072] [--core 0]
 """
@@ -88,7 +89,8 @@ def main():
     ids = args.ids or list(course.assignments)
     limits = None if args.course_limits else course.gradescope.limits.model_dump(exclude_none=True)
     print(f"one core (cpu {args.core}), memory cap {args.memory_mb} MB, cache off, "
-          f"{'course limits' if args.course_limits else 'gradescope profile'}; budget {course.gradescope.budget_seconds:g} s")
+          f"{'course limits' if args.course_limits else 'gradescope profile'}; "
+          f"budget {course.gradescope.budget_seconds:g} s")
     print(f"{'assignment':<26}{'wall s':>9}{'peak MB (cgroup)':>18}{'peak MB (PSS)':>15}{'score':>10}{'worst s':>9}")
     with tempfile.TemporaryDirectory(prefix="course-fit-") as tmp:
         for aid in ids:

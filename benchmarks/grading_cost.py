@@ -50,7 +50,7 @@ class LocalStudent:
         if isinstance(v, Fresh):
             mod = getattr(torch.nn, v.cls)(*v.args, **v.kwargs)
             with torch.no_grad():
-                for t, s in zip(mod.state_dict().values(), v.state):
+                for t, s in zip(mod.state_dict().values(), v.state, strict=True):
                     t.copy_(s)
             return mod
         if isinstance(v, Remote):
@@ -92,7 +92,7 @@ class LocalStudent:
         fn = getattr(name.obj, method) if isinstance(name, Remote) else getattr(self.ref, name)
         out = fn(*args, **self._local(kwargs))
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        total = sum((o * u).sum() for o, u in zip(outs, upstream) if u is not None)
+        total = sum((o * u).sum() for o, u in zip(outs, upstream, strict=False) if u is not None)
         grads = torch.autograd.grad(total, [args[j] for j in wrt], allow_unused=True)
         return self._wrap(out), self._wrap(tuple(grads))
 

@@ -16,7 +16,8 @@ from autograder.grading.experiments import harness, reference_parts
 
 
 def reverse_transformer(device="cpu", steps=1000):
-    """Week 8, Lecture 4: d_model 64, 4 heads, d_ff 128, 2 + 2 layers; Adam 3e-3, 300-step warmup, batch 128, lengths 3-10."""
+    """Week 8, Lecture 4: d_model 64, 4 heads, d_ff 128, 2 + 2 layers; Adam 3e-3, 300-step warmup, batch 128,
+    lengths 3-10."""
     ref = reference_parts("w8l4_transformers")
     torch.manual_seed(0)
     model = ref.Transformer(13, d_model=64, h=4, d_ff=128, n_enc=2, n_dec=2, pad_id=ref.PAD).to(device)
@@ -34,7 +35,8 @@ def reverse_transformer(device="cpu", steps=1000):
 
 
 def memory_task(device="cpu", epochs=2):
-    """Lab 14: TransformerClassifier defaults on 4,000 sequences of 60; Adam 1e-3, batch 64, clip 1.0, test every epoch."""
+    """Lab 14: TransformerClassifier defaults on 4,000 sequences of 60; Adam 1e-3, batch 64, clip 1.0, test every
+    epoch."""
     ref = reference_parts("lab14_transformers")
     X, y = (t.to(device) for t in ref.make_memory_dataset(4000, 60, seed=0))
     X_test, y_test = (t.to(device) for t in ref.make_memory_dataset(1000, 60, seed=1))
@@ -51,11 +53,13 @@ def memory_task(device="cpu", epochs=2):
             opt.step()
         model.eval()
         with torch.no_grad():  # the lab prints test accuracy after every epoch
-            sum(((model(xb) > 0).float() == yb).sum().item() for xb, yb in zip(X_test.split(256), y_test.split(256)))
+            sum(((model(xb) > 0).float() == yb).sum().item()
+                for xb, yb in zip(X_test.split(256), y_test.split(256), strict=True))
 
 
 def attention_vision(device="cpu"):
-    """Week 8, Lecture 1's graded trainings: AE 4 epochs, linear AE 1,200 full-batch steps, seq2seq 1,500, spatial 700."""
+    """Week 8, Lecture 1's graded trainings: AE 4 epochs, linear AE 1,200 full-batch steps, seq2seq 1,500,
+    spatial 700."""
     ref, h = reference_parts("w8l1_attention_vision"), harness("w8l1_attention_vision")
     from autograder.course.mnist import load_mnist
     X = load_mnist(n_train=h.N_TRAIN, n_test=h.N_TEST)[0].to(device)
@@ -83,7 +87,8 @@ def attention_vision(device="cpu"):
         loss.backward()
         opt.step()
 
-    imgs, q, a = (t.to(device) for t in h.make_shapes(h.N_SHAPES_TRAIN, 0))  # "where is the red square?": Adam 2e-3, batch 64, 700 steps
+    # "where is the red square?": Adam 2e-3, batch 64, 700 steps
+    imgs, q, a = (t.to(device) for t in h.make_shapes(h.N_SHAPES_TRAIN, 0))
     spatial = h.SpatialModel(ref, attention=True).to(device)
     opt = torch.optim.Adam(spatial.parameters(), lr=2e-3)
     for _ in range(700):

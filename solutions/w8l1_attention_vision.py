@@ -134,7 +134,8 @@ class GRUEncoder(nn.Module):
             lengths = torch.as_tensor(lengths).to("cpu", torch.int64)
             packed = nn.utils.rnn.pack_padded_sequence(E, lengths, batch_first=True, enforce_sorted=False)
             H, h_n = self.rnn(packed)
-            H, _ = nn.utils.rnn.pad_packed_sequence(H, batch_first=True, total_length=x.shape[1])  # (B, T, d), 0 on padding
+            H, _ = nn.utils.rnn.pad_packed_sequence(H, batch_first=True,
+                                                    total_length=x.shape[1])  # (B, T, d), 0 on padding
         h_T = torch.cat([h_n[0], h_n[1]], dim=-1)                         # (B, d)
         return H, h_T
 

@@ -128,7 +128,8 @@ def to_markdown(gid):
 
 
 def kernelspec(nb, folder):
-    nb.metadata["kernelspec"] = {"name": "conda-env-dl-py", "display_name": "Python [conda env:dl]", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "conda-env-dl-py", "display_name": "Python [conda env:dl]",
+                                 "language": "python"}
 
 
 def pwned(folder):
@@ -197,7 +198,8 @@ CORPUS = [
     case("exception_at_definition", append(MMD, "raise RuntimeError('half-finished cell')"),
          {MMD: 4}, r"its cell raised RuntimeError: half-finished cell"),
     case("exception_at_call_time", prepend_body(MMD, "raise ValueError('seq_len must be even')"),
-         {MMD: 3}, r"'make_memory_dataset' raised ValueError: seq_len must be even \(cell make_memory_dataset, line \d+\)"),
+         {MMD: 3}, r"'make_memory_dataset' raised ValueError: seq_len must be even "
+                   r"\(cell make_memory_dataset, line \d+\)"),
     case("graded_cell_deleted", delete(MMD), {MMD: 4}, r"no cell with grade_id 'make_memory_dataset'"),
     case("graded_cell_duplicated_later_wins", duplicate(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):\n"
                                                         "    return None\n"),
@@ -229,7 +231,8 @@ CORPUS = [
     case("allocates_500_mb_and_is_right", prepend_body(MMD, "_waste = torch.ones(125_000_000)"), {},
          limits={"item_seconds": 60}),
     case("allocates_more_than_the_memory_limit", prepend_body(MMD, "_hog = [torch.ones(2**28) for _ in range(3)]"),
-         {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)", limits={"memory_mb": 1024, "item_seconds": 30}),
+         {MMD: 3}, r"used more than 1024 MB of memory \(memory limit\)",
+         limits={"memory_mb": 1024, "item_seconds": 30}),
     # (memory: measured by the sandbox's uid where it has one, else by its monitor's descendants)
     case("prints_100_mb", prepend_body(MMD, "for _ in range(100):\n    print('x' * 1_000_000)"), {}),
     case("prints_forever_from_a_thread", append(MMD, "import sys, threading\ndef _spam():\n    while True:\n"
@@ -265,7 +268,8 @@ CORPUS = [
     case("patched_pytest_and_unittest", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
-                     "try:\n    import pytest\n    pytest.approx = lambda *a, **k: a[0]\nexcept ImportError:\n    pass")(nb, f)),
+                     "try:\n    import pytest\n    pytest.approx = lambda *a, **k: a[0]\n"
+                     "except ImportError:\n    pass")(nb, f)),
          WRONG_LOST, r"max \|out"),
     case("patched_builtins", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
@@ -275,13 +279,15 @@ CORPUS = [
     case("fake_grader_module_in_sys_modules", lambda nb, f: (
         replace(SDPA, *WRONG_SDPA)(nb, f),
         append(SDPA, "import sys, types\nfake = types.ModuleType('autograder')\nfake.grade_notebook = lambda *a, **k: "
-                     "{'score': 100}\nfor name in ('autograder', 'autograder.grading.grade', 'autograder.grading.checks', 'nbgrader',"
-                     " 'otter', 'gradescope_utils'):\n    sys.modules[name] = fake")(nb, f)),
+                     "{'score': 100}\nfor name in ('autograder', 'autograder.grading.grade', "
+                     "'autograder.grading.checks', 'nbgrader', 'otter', 'gradescope_utils'):\n"
+                     "    sys.modules[name] = fake")(nb, f)),
          WRONG_LOST, r"max \|out"),
     case("hard_coded_public_check_outputs", replace(MMD, "def make_memory_dataset(n_samples, seq_len, seed=0):",
                                                     "def make_memory_dataset(n_samples, seq_len, seed=0):\n"
                                                     "    if seed != 0:\n"
-                                                    "        return torch.zeros(n_samples, seq_len, 1), torch.zeros(n_samples, 1)"),
+                                                    "        return torch.zeros(n_samples, seq_len, 1), "
+                                                    "torch.zeros(n_samples, 1)"),
          {MMD: 2}, r"X\[:, 0, 0\] must be the \+-1 marker"),
     case("calls_the_oracle_in_a_from_scratch_item", oracle_without_mask("F.scaled_dot_product_attention"),
          {SDPA: 5}, FROM_SCRATCH),
@@ -297,16 +303,19 @@ CORPUS = [
     case("calls_the_oracle_through_torch_ops", oracle_without_mask(
         "getattr(torch.ops.aten, 'scaled_dot_' + 'product_attention')"), {SDPA: 5}, FROM_SCRATCH),
     case("reads_the_solutions_from_disk", prepend_body(
-        MMD, f"ns = {{}}\nexec(open({str(SOLUTIONS)!r}).read(), ns)\nreturn ns['make_memory_dataset'](n_samples, seq_len, seed)"),
+        MMD, f"ns = {{}}\nexec(open({str(SOLUTIONS)!r}).read(), ns)\n"
+             "return ns['make_memory_dataset'](n_samples, seq_len, seed)"),
          {MMD: 3}, r"(FileNotFoundError|No such file|PermissionError)", isolated=True),
     case("reads_the_hidden_suite_and_prints_it", prepend_body(MMD, f"print(open({str(SUITE)!r}).read())"),
          {MMD: 3}, r"(FileNotFoundError|No such file|PermissionError)", isolated=True),
     case("reads_another_students_submission", prepend_body(
-        MMD, "import glob\nfor p in glob.glob('../**/*.ipynb', recursive=True) + glob.glob('/tmp/**/*.ipynb', recursive=True):\n"
+        MMD, "import glob\nfor p in glob.glob('../**/*.ipynb', recursive=True) + "
+             "glob.glob('/tmp/**/*.ipynb', recursive=True):\n"
              "    open(p).read()\n    raise RuntimeError('read ' + p)"), {}, isolated=True),
     case("writes_gradebook_results_and_release", prepend_body(
-        MMD, "for p in [" + repr(str(ROOT / ".nbgrader" / "gradebook.db")) + ", " + repr(str(ROOT / "release" / "x.txt"))
-             + ", " + repr(str(ROOT / ".grader" / "cache" / "x.json")) + "]:\n    try:\n        open(p, 'w').write('100')\n"
+        MMD, "for p in [" + repr(str(ROOT / ".nbgrader" / "gradebook.db")) + ", "
+             + repr(str(ROOT / "release" / "x.txt")) + ", " + repr(str(ROOT / ".grader" / "cache" / "x.json"))
+             + "]:\n    try:\n        open(p, 'w').write('100')\n"
              "    except OSError:\n        pass"), {}, isolated=True),
     case("spawns_a_background_process", append(MMD, f"import subprocess\n_p = subprocess.Popen(['sleep', '{SLEEP}'], "
                                                      "start_new_session=True)"), {}, isolated=True),
@@ -324,7 +333,8 @@ CORPUS = [
          {}, isolated=True,
          at=dict.fromkeys(LANDLOCK_LEVELS, ({MMD: 3}, r"process ended \(killed by signal SIGKILL\)"))),
     case("writes_junk_to_the_grader_channel", prepend_body(
-        MMD, "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
+        MMD, "import os\nfor fd in range(3, 1024):\n    try:\n"
+             "        os.write(fd, b'{\"id\": 99, \"ok\": true}\\nnot json\\n')\n"
              "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol|process ended|raised"),
     # each cheat is paired with a wrong answer, so that a score it managed to inflate would show
     case("forged_score_in_a_test_cell", lambda nb, f: (
@@ -348,12 +358,14 @@ CORPUS = [
          {MMD: 3}, r"did not finish within 6 s \(time limit\)", root_only=SPINS),
     case("writes_half_a_message_and_sleeps", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"id\": 1')\n"
-             "    except OSError:\n        pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+             "    except OSError:\n        pass\ntime.sleep(3600)"),
+         {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
     # (the time limit at every level: the sandbox ended and restarted, as the level does it)
     case("announces_tensors_it_never_sends", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    for i in range(1, 100):\n        try:\n"
              "            os.write(fd, b'{\"id\": %d, \"ok\": true, \"value\": null, \"blob\": 1000000}\\n' % i)\n"
-             "        except OSError:\n            pass\ntime.sleep(3600)"), {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+             "        except OSError:\n            pass\ntime.sleep(3600)"),
+         {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
     case("sends_a_deeply_nested_line_on_the_channel", prepend_body(
         MMD, "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'[' * 200000 + b'\\n')\n"
              "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol"),
@@ -369,11 +381,13 @@ CORPUS = [
              "libc.mount(b'none', b'/tmp', b'tmpfs', 0, b'size=8g')"),
          {MMD: 3}, r"PermissionError: Operation not permitted", isolated=True),
     case("fills_the_disk", prepend_body(
-        MMD, "chunk = b'x' * 2**20\nwith open('/dev/shm/a', 'wb') as f:\n    for _ in range(40):\n        f.write(chunk)\n"
+        MMD, "chunk = b'x' * 2**20\nwith open('/dev/shm/a', 'wb') as f:\n    for _ in range(40):\n"
+             "        f.write(chunk)\n"
              "with open('big.bin', 'wb') as f:\n    while True:\n        f.write(chunk)\n        f.flush()"),
          {MMD: 3}, r"'make_memory_dataset' raised wrote more than 64 MB \(disk limit\)", limits={"disk_mb": 64},
          isolated=True,  # Landlock's levels have no tmpfs of their own: /dev/shm is closed to them instead
-         at=dict.fromkeys(LANDLOCK_LEVELS, ({MMD: 3}, r"PermissionError: \[Errno 13\] Permission denied: '/dev/shm/a"))),
+         at=dict.fromkeys(LANDLOCK_LEVELS,
+                          ({MMD: 3}, r"PermissionError: \[Errno 13\] Permission denied: '/dev/shm/a"))),
     case("forks_in_a_loop", prepend_body(MMD, "import os\nwhile True:\n    os.fork()"),
          {MMD: 3}, r"started more than 64 processes and threads \(process limit\)", limits={"processes": 64},
          isolated=True),

@@ -118,8 +118,8 @@ def test_the_zip_holds_what_the_grader_needs(autograder_zip):
     assert f"pip install -e /autograder/source/{COURSE_DIR}" in setup and "load_mnist()" not in setup
     assert "autograder.integrations.otter_plugin import run_autograder" in run_otter
     budget = load_course().gradescope.budget_seconds
-    assert config["plugins"] == [{"autograder.integrations.otter_plugin.CourseGrader": {"assignment": AID, "device": "cpu",
-                                                                           "budget_seconds": budget}}]
+    assert config["plugins"] == [{"autograder.integrations.otter_plugin.CourseGrader": {
+        "assignment": AID, "device": "cpu", "budget_seconds": budget}}]
 
 
 UID_LEVEL_CASES = """

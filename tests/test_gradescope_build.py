@@ -177,8 +177,9 @@ REUSE_VENV = os.environ.get("COURSE_REHEARSAL")  # a folder: the rehearsal's env
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("python3.11"), reason="the zip's environment wants Python 3.11")
 def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_uploads(tmp_path, graded_solutions):
-    """CI's run of `course export gradescope lab14_transformers --check` (autograder/integrations/gradescope_check.py): one
-    fresh environment from the zip's requirements, three uploads each in its own /autograder-like root. On an
+    """CI's run of `course export gradescope lab14_transformers --check`
+    (autograder/integrations/gradescope_check.py): one fresh environment from the zip's requirements, three
+    uploads each in its own /autograder-like root. On an
     idle 2-core machine about 105 s of CPU in 150 s, 75 of them building the environment (COURSE_REHEARSAL=DIR
     keeps one there for local iteration: then about 45 s). The untouched release gets `course grade`'s reasons
     word for word (the half-done notebook's comparison is tests/test_gradescope.py's)."""

@@ -255,7 +255,8 @@ import autograder.sandbox.grader_side as sandbox
 from autograder.course.config import Limits
 from autograder.notebooks.cells import Cell
 from autograder.grading.student import Student
-cell = "import shm_module, var_tmp_module, wave, torch\ndef found():\n    return [shm_module.X, var_tmp_module.X, sys.prefix]\nimport sys\n"
+cell = ("import shm_module, var_tmp_module, wave, torch\ndef found():\n"
+        "    return [shm_module.X, var_tmp_module.X, sys.prefix]\nimport sys\n")
 sb = sandbox.Sandbox([Cell("setup_env", cell, 0)], {}, Limits(setup_seconds=120, disk_mb=8))
 sb.start()
 try:
@@ -271,10 +272,11 @@ def test_an_environment_under_tmp_var_tmp_and_dev_shm_is_seen_inside_the_sandbox
     LD_LIBRARY_PATH in /tmp: the sandbox's own tmpfs at those places must neither break its start (it did:
     'File exists') nor hide them (ModuleNotFoundError)."""
     venv = tmp / "clone" / ".venv"
-    subprocess.run([os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv", "--without-pip", str(venv)],
+                   check=True)
     places = [Path(tempfile.mkdtemp(prefix="course-iso-", dir=d)) for d in ("/dev/shm", "/var/tmp")]
     try:
-        for place, name in zip(places, ("shm_module", "var_tmp_module")):
+        for place, name in zip(places, ("shm_module", "var_tmp_module"), strict=True):
             place.chmod(0o755)
             (place / f"{name}.py").write_text(f"X = {name!r}\n")
         site = Path(sys.prefix, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
@@ -305,7 +307,8 @@ lib = ctypes.CDLL(None, use_errno=True)
 prog = [(0x20, 0, 0, 0), (0x35, 0, 3, 444), (0x35, 2, 0, 447), (0x06, 0, 0, 0x00050000 | 38), (0x06, 0, 0, 0x7FFF0000),
         (0x06, 0, 0, 0x7FFF0000)]
 code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in prog))
-assert lib.prctl(38, 1, 0, 0, 0) == 0 and lib.prctl(22, 2, ctypes.c_char_p(struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code))), 0, 0) == 0
+fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code))
+assert lib.prctl(38, 1, 0, 0, 0) == 0 and lib.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0
 child.forbid_user_namespaces(lib)
 sys.argv = ["course", *sys.argv[1:]]
 from autograder.cli import main

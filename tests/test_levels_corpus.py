@@ -85,6 +85,6 @@ def test_the_corpus_and_the_lifecycle_at_every_level(tmp):
     levels = ["uid", "userns", "landlock"] if shutil.which("capsh") else ["userns", "landlock"]
     tests = node_ids_at_every_level()
     with ThreadPoolExecutor(len(levels)) as pool:
-        runs = dict(zip(levels, pool.map(lambda level: run_level(level, tmp, tests), levels)))
+        runs = dict(zip(levels, pool.map(lambda level: run_level(level, tmp, tests), levels), strict=True))
     failed = {level: out[-4000:] for level, (passed, out) in runs.items() if not passed}
     assert not failed, "\n".join(f"--- at {level}:\n{out}" for level, out in failed.items())

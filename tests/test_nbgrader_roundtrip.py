@@ -58,7 +58,8 @@ def test_generate_autograde_feedback_export(tmp_path, graded_solutions, aid):
     root = tmp_path / "course"
     (root / "source").mkdir(parents=True)
     shutil.copytree(ROOT / "assignments" / aid, root / "source" / aid)
-    (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"), root=str(root)))
+    (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                           root=str(root)))
     proc = run_nbgrader(["generate_assignment", aid, "--force"], root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -95,7 +96,8 @@ def test_generate_autograde_feedback_export(tmp_path, graded_solutions, aid):
 
     proc = run_nbgrader(["export", "--to", str(tmp_path / "grades.csv")], root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
+    with open(tmp_path / "grades.csv") as grades:
+        rows = list(csv.DictReader(grades))
     assert sorted(r["student_id"] for r in rows) == ["alice", "bob", "carol"]
     by_student = {r["student_id"]: float(r["score"]) for r in rows}
     assert by_student == pytest.approx(scores)

@@ -71,7 +71,8 @@ def test_nbgrader_grades_every_shape_in_full_with_its_note(tmp_path, graded_solu
     root = tmp_path / "course"
     (root / "source").mkdir(parents=True)
     shutil.copytree(ROOT / "assignments" / AID, root / "source" / AID)
-    (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"), root=str(root)))
+    (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                           root=str(root)))
     proc = run_nbgrader(["generate_assignment", AID, "--force"], root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     students = shapes()
@@ -107,7 +108,8 @@ def test_nbgrader_grades_every_shape_in_full_with_its_note(tmp_path, graded_solu
 
     proc = run_nbgrader(["export", "--to", str(tmp_path / "grades.csv")], root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {r["student_id"]: float(r["score"]) for r in csv.DictReader(open(tmp_path / "grades.csv"))}
+    with open(tmp_path / "grades.csv") as grades:
+        rows = {r["student_id"]: float(r["score"]) for r in csv.DictReader(grades)}
     assert rows == pytest.approx({student: TOTAL for student in students})
     print(f"\nnbgrader shapes: autograde of {len(students) + 1} students {autograde_s:.0f} s, "
           f"the whole test {time.monotonic() - started:.0f} s")
@@ -138,6 +140,7 @@ def test_course_grade_and_otter_grade_metadata_less_and_renamed_notebooks_in_ful
     path, note = notebooks["stripped"], made["stripped"][2]
     theirs = otter_run(zip_path, path, tmp_path / "otter-stripped")
     assert sum(t["score"] for t in theirs["tests"]) == pytest.approx(TOTAL), theirs.get("output")  # Gradescope adds
-    assert [(t["name"], t["score"]) for t in theirs["tests"]] == [(t["name"], t["score"]) for t in ours[path.name]["tests"]]
+    assert [(t["name"], t["score"]) for t in theirs["tests"]] == \
+        [(t["name"], t["score"]) for t in ours[path.name]["tests"]]
     assert note and note in ours[path.name]["output"] and note in theirs["output"], theirs["output"]
     print(f"\ncourse grade + otter run, metadata-less and renamed: {time.monotonic() - started:.0f} s")

@@ -44,7 +44,8 @@ def test_other_mistakes_get_no_hint_and_a_pass_reports_the_points(capsys):
     ref = F.scaled_dot_product_attention(Q, K, V)
     chk = PublicChecks("attention", points=6)
     with pytest.raises(AssertionError) as failure:
-        chk.close("out", ref * 2, ref, 1e-5, mistakes={SCALE_MISSING: F.scaled_dot_product_attention(unscaled(Q), K, V)})
+        chk.close("out", ref * 2, ref, 1e-5,
+                  mistakes={SCALE_MISSING: F.scaled_dot_product_attention(unscaled(Q), K, V)})
     assert "hint" not in str(failure.value)
     chk = PublicChecks("attention", points=6, note="hidden tests and an experiment")
     chk.close("out", ref, ref.clone(), 1e-6)
@@ -88,14 +89,17 @@ def quadruple(x):
 """
 
 TEST_CELLS = {
-    "double": "chk = PublicChecks('double', points=2)\nchk.check(double(1) == 2, 'double(1)', 2, double(1))\nchk.done()",
-    "halve": ("chk = PublicChecks('halve', points=3)\nchk.check(halve(4) is not None, 'returns a value', 'a number', None)\n"
+    "double": ("chk = PublicChecks('double', points=2)\n"
+               "chk.check(double(1) == 2, 'double(1)', 2, double(1))\nchk.done()"),
+    "halve": ("chk = PublicChecks('halve', points=3)\n"
+              "chk.check(halve(4) is not None, 'returns a value', 'a number', None)\n"
               "chk.check(halve(4) == 2, 'halve(4)', 2, halve(4))\nchk.done()"),
     "square": ("chk = PublicChecks('square', points=4)\ng = torch.Generator().manual_seed(0)\ntorch.manual_seed(1)\n"
-               "x = torch.randn(3)\nchk.close('square(x)', square(x), x * x)\nchk.check(square(-2) == 4, 'square(-2)', 4, "
-               "square(-2))\nchk.done()"),
+               "x = torch.randn(3)\nchk.close('square(x)', square(x), x * x)\n"
+               "chk.check(square(-2) == 4, 'square(-2)', 4, square(-2))\nchk.done()"),
     "cube": "chk = PublicChecks('cube', points=1)\nchk.check(cube(2) == 8, 'cube(2)', 8, cube(2))\nchk.done()",
-    "quadruple": "chk = PublicChecks('quadruple', points=5)\nchk.check(quadruple(1) == 4, 'quadruple(1)', 4, 0)\nchk.done()",
+    "quadruple": ("chk = PublicChecks('quadruple', points=5)\n"
+                  "chk.check(quadruple(1) == 4, 'quadruple(1)', 4, 0)\nchk.done()"),
 }
 
 

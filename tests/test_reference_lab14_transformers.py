@@ -190,7 +190,7 @@ def test_manual_multihead_matches_torch(device, dtype, bias, B, S, E, H):
     assert out.dtype == dtype and out.device.type == device
     assert_close(out, expect, dtype)
     assert_close(w, expect_w, dtype)
-    for a, b in zip(grads1, grads2):
+    for a, b in zip(grads1, grads2, strict=True):
         assert_close(a, b, dtype, loose=True)
 
 
@@ -319,7 +319,7 @@ def torch_encoder_layer(block, d_model, num_heads, ff_dim):
              (layer.norm1, block.norm1), (layer.norm2, block.norm2)]
     with torch.no_grad():
         for dst, src in pairs:
-            for (name, p), (name2, q) in zip(dst.named_parameters(), src.named_parameters()):
+            for (name, p), (name2, q) in zip(dst.named_parameters(), src.named_parameters(), strict=True):
                 assert name == name2 and p.shape == q.shape
                 p.copy_(q)
     return layer.to(next(block.parameters()).dtype)
@@ -375,8 +375,8 @@ def test_encoder_block_matches_torch(device, dtype, d_model, num_heads, ff_dim, 
                     + list(block.norm2.parameters()) + list(linears[0].parameters())
                     + list(linears[1].parameters()))
     gb = torch.autograd.grad((expect * g).sum(), [x2] + layer_params)
-    grads_block = dict(zip([id(p) for p in [x1] + list(block.parameters())], ga))
-    for p, g_torch in zip([x1] + block_params, gb):
+    grads_block = dict(zip([id(p) for p in [x1] + list(block.parameters())], ga, strict=True))
+    for p, g_torch in zip([x1] + block_params, gb, strict=True):
         assert_close(grads_block[id(p)], g_torch, dtype, loose=True)
 
 

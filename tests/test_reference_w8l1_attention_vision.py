@@ -60,7 +60,7 @@ def test_mse_loss_matches_torch(device, dtype, shape):
     got, want = ref.mse_loss(a, b), F.mse_loss(a, b)
     assert got.shape == () and got.dtype == dtype and got.device.type == device
     assert_close(got, want, dtype)
-    for g_got, g_want in zip(torch.autograd.grad(got, (a, b)), torch.autograd.grad(want, (a, b))):
+    for g_got, g_want in zip(torch.autograd.grad(got, (a, b)), torch.autograd.grad(want, (a, b)), strict=True):
         assert_close(g_got, g_want, dtype)
 
 
@@ -71,7 +71,7 @@ def _sequential_copy(ae, k, hidden):
     src = list(ae.parameters())
     assert [p.shape for p in src] == [p.shape for p in seq.parameters()]
     with torch.no_grad():
-        for p, q in zip(seq.parameters(), src):
+        for p, q in zip(seq.parameters(), src, strict=True):
             p.copy_(q)
     return seq.to(src[0])
 
@@ -246,8 +246,8 @@ def test_linear_ae_is_two_bias_free_maps(device, dtype):
 @pytest.mark.parametrize("batch", [None, 128])
 def test_train_linear_ae_reaches_pca(device, batch):
     """On a small centred problem the trained AE reaches PCA's error within 1% (full batch) / 3% (minibatch),
-    spans the PCA subspace (projector distance < 0.05 / 0.2 with minibatch noise), returns a LinearAE on X's device and dtype, and is
-    reproducible under its seed."""
+    spans the PCA subspace (projector distance < 0.05 / 0.2 with minibatch noise), returns a LinearAE on X's
+    device and dtype, and is reproducible under its seed."""
     X = low_rank_data(400, 20, 6, torch.Generator().manual_seed(3), torch.float32, device)
     net = ref.train_linear_ae(X, 3, steps=600, lr=1e-2, batch=batch, seed=0)
     assert isinstance(net, ref.LinearAE)
@@ -282,7 +282,7 @@ def _gru_copy(enc, n_tokens, d):
     dst = list(emb.parameters()) + list(gru.parameters())
     assert [p.shape for p in src] == [p.shape for p in dst]
     with torch.no_grad():
-        for p, q in zip(dst, src):
+        for p, q in zip(dst, src, strict=True):
             p.copy_(q)
     return emb.to(src[0]), gru.to(src[0])
 
@@ -359,7 +359,7 @@ def test_gru_encoder_gradients_match_copy():
         h_ref.append(torch.cat([h_n[0, 0], h_n[1, 0]]))
     g_want = grads(torch.cat([H_ref.flatten(), torch.stack(h_ref).flatten()]),
                    list(emb.parameters()) + list(gru.parameters()))
-    for a, b in zip(g_got, g_want):
+    for a, b in zip(g_got, g_want, strict=True):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 
@@ -393,7 +393,7 @@ def test_scores_match_einsum_and_cosine_similarity(device, dtype, batch, T, d):
     for got, want, inputs in cases:
         assert got.shape == (*batch, T) and got.dtype == dtype and got.device.type == device
         assert_close(got, want, dtype)
-        for g_got, g_want in zip(grads(got, inputs), grads(want, inputs)):
+        for g_got, g_want in zip(grads(got, inputs), grads(want, inputs), strict=True):
             assert_close(g_got, g_want, dtype, loose=True)
 
 
@@ -432,7 +432,7 @@ def test_alpha_location(device, dtype, batch, T, d):
     want = torch.softmax(torch.einsum("td,...d->...t", W_loc, s), dim=-1)
     assert got.shape == (*batch, T) and got.dtype == dtype and got.device.type == device
     assert_close(got, want, dtype)
-    for a, b in zip(grads(got, (s, W_loc)), grads(want, (s, W_loc))):
+    for a, b in zip(grads(got, (s, W_loc)), grads(want, (s, W_loc)), strict=True):
         assert_close(a, b, dtype, loose=True)
     assert_close(got.sum(-1), torch.ones(batch, dtype=dtype, device=device), dtype)
     assert (got >= 0).all()
@@ -479,7 +479,7 @@ def test_attention_context_matches_sdpa(device, dtype, B, T, d, masked):
     attn_mask = None if mask is None else mask[:, None, :]                 # (B, 1, T): the one query's keys
     c_ref = F.scaled_dot_product_attention(s[:, None, :], H, H, attn_mask=attn_mask)[:, 0]
     assert_close(c, c_ref, dtype)
-    for a, b in zip(grads(c, (s, H)), grads(c_ref, (s, H))):
+    for a, b in zip(grads(c, (s, H)), grads(c_ref, (s, H)), strict=True):
         assert_close(a, b, dtype, loose=True)
     if mask is not None:
         assert (alpha[~mask] == 0).all()
@@ -507,7 +507,8 @@ def test_attention_context_properties(dtype):
     """Weights are a distribution; c lies in the convex hull (|c| <= max |h_j|); padding content is ignored;
     a row with no real token gives zero weights and no NaN; batch dims are arbitrary."""
     gen = torch.Generator().manual_seed(5)
-    scores, H = randn(2, 3, 6, gen=gen, dtype=dtype, device="cpu"), randn(2, 3, 6, 4, gen=gen, dtype=dtype, device="cpu")
+    scores = randn(2, 3, 6, gen=gen, dtype=dtype, device="cpu")
+    H = randn(2, 3, 6, 4, gen=gen, dtype=dtype, device="cpu")
     mask = torch.ones(2, 3, 6, dtype=torch.bool)
     mask[0, 1, 4:] = False
     mask[1, 2, :] = False                                                  # nothing real in this row
@@ -560,7 +561,7 @@ def test_spatial_attention_matches_einsum(device, dtype, B, L, d):
     c_ref = torch.einsum("bl,bld->bd", a_ref, A)
     assert_close(alpha, a_ref, dtype)
     assert_close(ctx, c_ref, dtype)
-    for a, b in zip(grads(ctx, (s, A)), grads(c_ref, (s, A))):
+    for a, b in zip(grads(ctx, (s, A)), grads(c_ref, (s, A)), strict=True):
         assert_close(a, b, dtype, loose=True)
     assert_close(alpha.sum(-1), torch.ones(B, dtype=dtype, device=device), dtype)
 
@@ -627,7 +628,7 @@ def test_self_attention_matches_multihead(device, dtype, batch, T, d):
     assert_close(A.reshape(-1, T, T), A_m, dtype)
     Z_s = F.scaled_dot_product_attention(H, H, H)
     assert_close(Z, Z_s, dtype)
-    for a, b in zip(grads(Z, (H,)), grads(Z_s, (H,))):
+    for a, b in zip(grads(Z, (H,)), grads(Z_s, (H,)), strict=True):
         assert_close(a, b, dtype, loose=True)
     assert_close(A.sum(-1), torch.ones(*batch, T, dtype=dtype, device=device), dtype)
 

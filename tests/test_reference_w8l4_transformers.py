@@ -38,7 +38,7 @@ def assert_grads_close(outs_a, inputs_a, outs_b, inputs_b, seed, tol):
     ups = [torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype) for o in outs_a]
     ga = torch.autograd.grad(outs_a, inputs_a, ups, retain_graph=True)
     gb = torch.autograd.grad(outs_b, inputs_b, ups, retain_graph=True)
-    for a, b in zip(ga, gb):
+    for a, b in zip(ga, gb, strict=True):
         torch.testing.assert_close(a, b, **tol)
 
 
@@ -394,7 +394,8 @@ def test_encoder_layer_matches_nn_transformer_encoder_layer(padded, dtype):
     (y_ref * up).sum().backward()
     for p, ref_grad in mha_param_pairs(ours.attn, ref.self_attn):
         torch.testing.assert_close(p.grad, ref_grad(), **GRAD_TOL[dtype])
-    for a, b in [(ours.ff.lin1, ref.linear1), (ours.ff.lin2, ref.linear2), (ours.norm1, ref.norm1), (ours.norm2, ref.norm2)]:
+    for a, b in [(ours.ff.lin1, ref.linear1), (ours.ff.lin2, ref.linear2),
+                 (ours.norm1, ref.norm1), (ours.norm2, ref.norm2)]:
         torch.testing.assert_close(a.weight.grad, b.weight.grad, **GRAD_TOL[dtype])
 
 
@@ -531,7 +532,7 @@ def test_make_batch_properties(B, L_min, L_max, seed):
         assert tgt_in[b, 0] == S.BOS and torch.equal(tgt_in[b, 1:L + 1], tgt[b, :L])
         assert (tgt_in[b, L + 1:] == S.PAD).all()
     again = S.make_batch(B, L_min, L_max, gen(seed))
-    assert all(torch.equal(a, b) for a, b in zip((src, tgt_in, tgt, lens), again))
+    assert all(torch.equal(a, b) for a, b in zip((src, tgt_in, tgt, lens), again, strict=True))
     assert (S.BOS, S.EOS, S.PAD, S.VOCAB) == (10, 11, 12, 13)
 
 

@@ -34,7 +34,8 @@ def execute(path, timeout, allow_errors=False, quick=False):
     import sys
     out = path.with_name(path.stem + ".executed.ipynb")
     code = ("import sys, nbformat; from autograder.notebooks.build import execute; "
-            "nbformat.write(execute(sys.argv[1], timeout=int(sys.argv[3]), allow_errors=sys.argv[4] == '1'), sys.argv[2])")
+            "nbformat.write(execute(sys.argv[1], timeout=int(sys.argv[3]), allow_errors=sys.argv[4] == '1'), "
+            "sys.argv[2])")
     proc = subprocess.run([sys.executable, "-c", code, str(path), str(out), str(timeout), str(int(allow_errors))],
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout * 3,
                           env={**os.environ, "COURSE_QUICK_RUN": "1" if quick else "0"})
@@ -168,8 +169,8 @@ def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path
     outputs = json.dumps([c.get("outputs", []) for c in executed.cells])
     assert "NotImplementedError" not in outputs and '"output_type": "error"' not in outputs
     # every item passes all its public checks in the self-check: as many as its own test cell counted
-    texts = "".join(o.get("text", "") for c in executed.cells if nbgrader_meta(c).get("grade_id", "").startswith("test_")
-                    for o in c.get("outputs", []))
+    texts = "".join(o.get("text", "") for c in executed.cells
+                    if nbgrader_meta(c).get("grade_id", "").startswith("test_") for o in c.get("outputs", []))
     counted = dict(re.findall(r"^(\w+): public checks passed \((\d+)/\2\)", texts, re.MULTILINE))
     assert self_check_rows(executed, aid) == {item: f"all {n} passed" for item, n in counted.items()}
     graded_solutions[aid]  # the experiments are the graded solution's: this grading reads them from the cache

@@ -142,7 +142,8 @@ def test_the_csv_keeps_a_formula_looking_name_as_text(tmp_path):
     items = list(load_course().assignment(AID).items)
     write_csv(tmp_path / "grades.csv", [("=HYPERLINK(\"http://x\",\"y\")", result()), ("-2+3", result()),
                                         ("alice", result())], items)
-    names = [row[0] for row in csv.reader(open(tmp_path / "grades.csv"))][1:]
+    with open(tmp_path / "grades.csv") as grades:
+        names = [row[0] for row in csv.reader(grades)][1:]
     assert names == ["'=HYPERLINK(\"http://x\",\"y\")", "'-2+3", "alice"]
 
 

@@ -39,7 +39,7 @@ def parse(output):
     out, expected, got = re.fullmatch(r"(\S+)=(.*), got \1=(.*)", result).groups()
     names = list(re.finditer(r"(?:^|, )([\w.]+)=", inputs))
     case = {}
-    for m, nxt in zip(names, names[1:] + [None]):
+    for m, nxt in zip(names, names[1:] + [None], strict=True):
         case[m.group(1)] = tensor(ast.literal_eval(inputs[m.end():nxt.start() if nxt else len(inputs)]))
     return case, out, torch.tensor(ast.literal_eval(expected)), torch.tensor(ast.literal_eval(got))
 
@@ -67,13 +67,13 @@ def mha(ns, c):
 # (aid, item, planted mistake, check, bound on every dimension, call(namespace, case) -> outputs by name)
 CASES = [
     ("w8l4_transformers", "attention", "no_sqrt_scale", "values", 2,
-     lambda ns, c: dict(zip("ZA", ns["attention"](c["Q"], c["K"], c["V"], mask=c["mask"])))),
+     lambda ns, c: dict(zip("ZA", ns["attention"](c["Q"], c["K"], c["V"], mask=c["mask"]), strict=True))),
     ("w8l4_transformers", "positional_encoding", "sin_cos_swapped", "values", 2,
      lambda ns, c: {"PE": ns["positional_encoding"](c["max_len"], c["d_emb"])}),
     ("w8l4_transformers", "causal_mask", "diagonal_blocked", "values", 1,
      lambda ns, c: {"mask": ns["causal_mask"](c["T"])}),
     ("w8l4_transformers", "MultiHeadAttention", "no_output_projection", "values", 2,
-     lambda ns, c: dict(zip(("out", "A"), mha(ns, c)(c["x_q"], c["x_kv"], mask=c["mask"])))),
+     lambda ns, c: dict(zip(("out", "A"), mha(ns, c)(c["x_q"], c["x_kv"], mask=c["mask"]), strict=True))),
     ("w8l1_attention_vision", "score_scaled", "divided_by_d", "values", 2,
      lambda ns, c: {"scores": ns["score_scaled"](c["s"], c["H"])}),
     ("w8l1_attention_vision", "score_general", "W_a_transposed", "values", 2,

@@ -113,7 +113,8 @@ def test_course_grade_a_folder_rerun_csv_a_notebook_the_pytest_command_and_repor
 
     code, out, err = course(capsys, "grade", *args, "--csv", table, "--workers", 2)  # two spawned grader processes
     assert code == 0, out + err
-    rows = {r["submission"]: r for r in csv.DictReader(open(table))}
+    with open(table) as grades:
+        rows = {r["submission"]: r for r in csv.DictReader(grades)}
     assert {n: float(r["score"]) for n, r in rows.items()} == {"complete": full, "empty": 0}, out
     assert all(float(r["max_score"]) == full for r in rows.values())
     assert all(float(rows["complete"][i]) == assignment.item_points(i) for i in items), rows

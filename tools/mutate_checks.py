@@ -46,7 +46,8 @@ def catchers(aid, item, kind):
         setattr(module, name, does_nothing)
     try:
         failed = Failed()
-        tests = [f"{ROOT}/tests/test_grading.py::test_planted_mistakes_lose_points_on_their_item_only[{i}]" for i in ids]
+        tests = [f"{ROOT}/tests/test_grading.py::test_planted_mistakes_lose_points_on_their_item_only[{i}]"
+                 for i in ids]
         pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", "--tb=no", "-p", "no:warnings", *tests],
                     plugins=[failed])
         return failed.ids

@@ -9,10 +9,11 @@ Smallest: every dimension at most 1 if any such case fails, else at most 2, else
 it goes; then Hypothesis's shrinking (fewer and smaller nonzero values). Rules: deterministic (derandomized, no
 example database: a regrade finds the same case, as long as the search ends within its budget); bounded
 (course.yaml's limits.search_seconds per item, shared by its failing checks, at most half of what is left of the
-item's time limit; past it the best case found so far stands, or the grader's own case alone); a case fails only when the student's answer has
-the wrong structure or shape, or is off by more than 1e-4 (so float32 rounding never makes one); a case on which
-the student's code raises is not one (that is another problem than the check's).
+item's time limit; past it the best case found so far stands, or the grader's own case alone); a case fails only
+when the student's answer has the wrong structure or shape, or is off by more than 1e-4 (so float32 rounding never
+makes one); a case on which the student's code raises is not one (that is another problem than the check's).
 """
+import contextlib
 import functools
 import os
 import time
@@ -87,7 +88,7 @@ def gradient_search(name, draw, oracle, args, wrt, upstream, kwargs=()):
         leaves = {w: case[w].clone().requires_grad_(True) for w in wrt}
         out = oracle(*[leaves.get(a, case[a]) for a in args], **{k: case[k] for k in kwargs})
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        total = sum((o * case[u]).sum() for o, u in zip(outs, upstream) if u is not None)
+        total = sum((o * case[u]).sum() for o, u in zip(outs, upstream, strict=False) if u is not None)
         return torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
     return Search(draw, ask, expected, tuple(f"d{w}" for w in wrt))
 
@@ -250,12 +251,12 @@ def search_cases(student, search, t_end):
         from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         global _cap, _caps
         _cap, _caps = cap, list(caps)
-        try:
+        # our _Disagrees re-raised, Hypothesis' own, the budget: the best stands
+        with contextlib.suppress(Exception, _OutOfTime):
             settings(derandomize=True, database=None, max_examples=examples, deadline=None,
                      phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
-                     verbosity=Verbosity.quiet, report_multiple_bugs=False, print_blob=False)(given(st.data())(probe))()
-        except (Exception, _OutOfTime):  # our _Disagrees re-raised, Hypothesis' own, the budget: the best stands
-            pass
+                     verbosity=Verbosity.quiet, report_multiple_bugs=False, print_blob=False,
+                     )(given(st.data())(probe))()
         return not (stopped or time.monotonic() > t_end)
 
     global _cap, _caps
@@ -300,7 +301,7 @@ def compare(names, expected, got):
         return "the answer", None, got
     exp = expected if many else (expected[0] if isinstance(expected, (tuple, list)) else expected,)
     gots = got if many else (got[0] if isinstance(got, (tuple, list)) and len(got) == 1 else got,)
-    for name, e, g in zip(names, exp, gots):
+    for name, e, g in zip(names, exp, gots, strict=False):
         if e is None and g is None:
             continue
         if isinstance(g, (int, float)) and not isinstance(g, bool):

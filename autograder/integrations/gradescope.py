@@ -16,7 +16,8 @@ PyTorch's wheel index, PyPI's where that index cannot be reached), install `cour
 grading imports), download MNIST where needed (Gradescope has internet; the copy in the zip stays the
 fallback), and close /autograder to all but root. Gradescope's containers have no CAP_SYS_ADMIN, so the
 sandbox runs at its `uid` level there, where ownership and mode are what keep the student's uid out of the
-course's files. `course export gradescope ID --check` rehearses that build here (autograder/integrations/gradescope_check.py).
+course's files. `course export gradescope ID --check` rehearses that build here
+(autograder/integrations/gradescope_check.py).
 """
 import importlib
 import json
@@ -82,9 +83,10 @@ def uses_mnist(aid):
 def setup_steps(autograder_dir=GRADESCOPE_ROOT, mnist=True):
     course = f"{autograder_dir}/source/{COURSE_DIR}"
     pins = " ".join(requirements())
-    mnist_steps = f"""# MNIST into the image now (Gradescope has internet here); {course}/data/mnist stays the offline fallback
-mamba run -n otter-env python -c "from autograder.course.mnist import load_mnist; load_mnist()"
-""" if mnist else ""
+    mnist_steps = (f"# MNIST into the image now (Gradescope has internet here); {course}/data/mnist stays the "
+                   "offline fallback\n"
+                   'mamba run -n otter-env python -c "from autograder.course.mnist import load_mnist; load_mnist()"\n'
+                   ) if mnist else ""
     return f"""
 # --- the course's own steps (course export gradescope) ---
 # torch's CPU build (no GPU on Gradescope): pip prefers X+cpu to PyPI's X, and takes PyPI's where PyTorch's

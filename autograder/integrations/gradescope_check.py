@@ -24,6 +24,7 @@ the grades cannot tell (each measured on a 2-core machine, tests/test_gradescope
   - torch runs one thread (GRADESCOPE_THREADS), the container's, since there is no cgroup quota here to read;
   - a venv the rehearsal built in its own folder is removed once graded (6 GB), its log kept.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -115,8 +116,8 @@ def lay_out(zip_path, root, submission):
 
 def environment(venv, home):
     """Gradescope's environment, not this session's: no PYTHONPATH, no COURSE_* settings, a fresh HOME."""
-    return {"PATH": f"{venv / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-            "VIRTUAL_ENV": str(venv), **GRADESCOPE_THREADS,
+    return {"PATH": f"{venv / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(home), "LANG": "C.UTF-8", "VIRTUAL_ENV": str(venv), **GRADESCOPE_THREADS,
             **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}  # how pip reaches packages here
     # (Gradescope's own pip needs none)
 
@@ -156,18 +157,19 @@ def rehearse(zip_path, submissions, venv=None, work=None, log=None):
     it does not exist and reused when it does; without one, the environment built in `work` is removed after."""
     work = Path(work or tempfile.mkdtemp(prefix="course-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    log = log or open(work / "rehearsal.log", "w")
-    own = venv is None
-    venv = Path(venv) if venv else work / "venv"
-    if not (venv / "bin" / "python").exists():
-        build_venv(Path(zip_path), venv, log)
-    root = work / "autograder"
-    root.mkdir(exist_ok=True)
-    try:
-        return {str(s): grade(Path(zip_path), s, venv, root, log) for s in submissions}
-    finally:
-        if own:
-            shutil.rmtree(venv, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        log = log or stack.enter_context(open(work / "rehearsal.log", "w"))
+        own = venv is None
+        venv = Path(venv) if venv else work / "venv"
+        if not (venv / "bin" / "python").exists():
+            build_venv(Path(zip_path), venv, log)
+        root = work / "autograder"
+        root.mkdir(exist_ok=True)
+        try:
+            return {str(s): grade(Path(zip_path), s, venv, root, log) for s in submissions}
+        finally:
+            if own:
+                shutil.rmtree(venv, ignore_errors=True)
 
 
 def summary(result):

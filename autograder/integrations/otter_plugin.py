@@ -204,7 +204,8 @@ def upload_problem(folder, aid):
     if notebooks:
         return f"Your upload holds {len(notebooks)} notebooks ({names}); one is graded. {submit_hint(aid)}"
     if any(p.suffix == ".py" for p in found):
-        return f"You uploaded {names}: a Python file, and this assignment is graded from its notebook. {submit_hint(aid)}"
+        return (f"You uploaded {names}: a Python file, and this assignment is graded from its notebook. "
+                f"{submit_hint(aid)}")
     if any(p.is_dir() for p in found):
         return f"Your upload is a folder ({names}), not the notebook itself. {submit_hint(aid)}"
     return f"Your upload has no notebook (it holds {names}). {submit_hint(aid)}"

@@ -203,7 +203,8 @@ def generate(aids, out_root, db_url=None):
         shutil.copy(notebook_path(aid), work / "source" / aid / f"{aid}.ipynb")
         proc = run_nbgrader(["generate_assignment", aid, "--force"], cwd=work)
         if proc.returncode != 0:
-            raise ReleaseError(f"nbgrader generate_assignment {aid} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+            raise ReleaseError(f"nbgrader generate_assignment {aid} failed:\n"
+                               f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     for aid in aids:
         dest = Path(out_root) / aid
         shutil.rmtree(dest, ignore_errors=True)
@@ -297,7 +298,8 @@ def verify(aid, folder):
             said = [float(m.group(2)) for m in points_said(item).finditer(nb.cells[seen[test]].source)]
             if said != [assignment.item_points(item)]:
                 problems.append(f"{aid}: '{test}' tells students {said or 'no'} points "
-                                f"(PublicChecks('{item}', points=...)), course.yaml says {assignment.item_points(item)}")
+                                f"(PublicChecks('{item}', points=...)), course.yaml says "
+                                f"{assignment.item_points(item)}")
     if "setup_checks" not in seen or nb.cells[seen["setup_checks"]].source != PUBLIC_CHECKS.read_text().rstrip("\n"):
         problems.append(f"{aid}: the setup cell 'setup_checks' is not the course's public-check helper "
                         f"(run `course sync`)")

@@ -44,7 +44,8 @@ def read_notebook(path):
     path = Path(path)
     try:
         if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-            return None, f"{path.name} is {path.stat().st_size // 2**20} MB; notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded"
+            return None, (f"{path.name} is {path.stat().st_size // 2**20} MB; "
+                          f"notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded")
         nb = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError) as e:
         if path.is_file() and path.suffix != ".ipynb":  # a .py export or a screenshot: say what to send instead
@@ -198,7 +199,8 @@ def restore_setup_cells(code, released):
     trusted = {c.grade_id: c.source for c in load_student_code(released, []).cells}
     for cell in code.cells:
         if cell.grade_id in trusted and cell.source != trusted[cell.grade_id]:
-            code.notes.append(f"setup cell '{cell.grade_id}' was changed in the submission; the released version was used")
+            code.notes.append(f"setup cell '{cell.grade_id}' was changed in the submission; "
+                              "the released version was used")
             cell.source = trusted[cell.grade_id]
     previous = None  # a missing setup cell goes back right after the setup cell that precedes it in the release
     for gid, source in trusted.items():

@@ -80,7 +80,8 @@ def cell_source(frame):
 
 
 class PublicChecks:
-    """The public checks of one test cell; the first failure stops the cell with what was expected and what came back."""
+    """The public checks of one test cell; the first failure stops the cell with what was expected and what came
+    back."""
 
     def __init__(self, item, points, note='hidden tests'):
         self.item, self.points, self.note, self.passed, self.failure = item, points, note, 0, ''

@@ -107,7 +107,8 @@ def drop_duplicates(nb, trusted, notes):
 
 
 def restore_missing(nb, released, notes):
-    """Put back each locked cell and written answer the notebook lacks, after the cell that precedes it in the release."""
+    """Put back each locked cell and written answer the notebook lacks, after the cell that precedes it in the
+    release."""
     for at, cell in enumerate(released.cells):
         gid = grade_id(cell)
         kind = kind_of(nbgrader_meta(cell)) if gid else None

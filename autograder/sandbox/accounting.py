@@ -4,6 +4,7 @@ A sandbox at a fresh uid is killed and measured by that uid, so each leases its 
 are those under its monitor (descendants). Memory is read from /proc: cheap resident sizes first, proportional
 sizes only when those are past the limit.
 """
+import contextlib
 import fcntl
 import os
 import tempfile
@@ -52,10 +53,8 @@ def uids_in_use():
     out = set()
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            try:
+            with contextlib.suppress(OSError):
                 out.add(d.stat().st_uid)
-            except OSError:
-                pass
     return out
 
 
@@ -77,12 +76,10 @@ def processes():
     out = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            try:
+            with contextlib.suppress(OSError, IndexError, ValueError):
                 stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
                 if stat[0] != "Z":
                     out[int(d.name)] = (int(stat[1]), d.stat().st_uid)
-            except (OSError, IndexError, ValueError):
-                pass
     return out
 
 
@@ -99,10 +96,8 @@ def resident_bytes(pids):
     """Resident set size of `pids`, from statm (cheap: no page-table walk); never less than memory_bytes."""
     total, page = 0, os.sysconf("SC_PAGE_SIZE")
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError, IndexError, ValueError):
             total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            pass
     return total
 
 

@@ -4,6 +4,7 @@ Every wait on the student's process (its reads, its writes, whatever it sends or
 deadline and watched for the memory limit: a student who never reads, never answers or answers a forgery can
 make the grader neither wait past the item's limit nor read more than MAX_ANSWER_BYTES.
 """
+import contextlib
 import os
 import select
 import signal
@@ -102,12 +103,12 @@ class Channel:
         status = int(line)
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            return f"killed by signal {signal.Signals(sig).name}" if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+            if sig in signal.Signals._value2member_map_:
+                return f"killed by signal {signal.Signals(sig).name}"
+            return f"signal {sig}"
         return f"exit code {os.WEXITSTATUS(status)}"
 
     def close(self):
         for fd in (self.req_fd, self.resp_fd, self.status_fd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

@@ -17,12 +17,13 @@ class StateMismatch(ValueError):
 
 
 def assign_state(module, values):
-    """Copy `values` into module.state_dict() in order (device and dtype follow the module); StateMismatch on a misfit."""
+    """Copy `values` into module.state_dict() in order (device and dtype follow the module); StateMismatch on a
+    misfit."""
     targets = list(module.state_dict().values())
     module_shapes, value_shapes = [tuple(t.shape) for t in targets], [tuple(v.shape) for v in values]
     if module_shapes != value_shapes:
         raise StateMismatch(module_shapes, value_shapes)
     with torch.no_grad():
-        for target, value in zip(targets, values):
+        for target, value in zip(targets, values, strict=True):
             target.copy_(value.to(target.device, target.dtype))
     return module

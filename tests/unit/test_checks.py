@@ -1,5 +1,5 @@
-"""autograder/grading/checks.py: every checker passes the right answer and fails a wrong one with a message that says what
-was expected and what came back, its arguments in the order (name, ref, got)."""
+"""autograder/grading/checks.py: every checker passes the right answer and fails a wrong one with a message that
+says what was expected and what came back, its arguments in the order (name, ref, got)."""
 import math
 from types import SimpleNamespace
 

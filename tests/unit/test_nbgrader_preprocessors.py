@@ -1,5 +1,6 @@
-"""The nbgrader preprocessors of autograder/integrations/nbgrader_plugin.py on small notebooks, without a kernel or a gradebook:
-the repair before sanitising, the grader's scores in the test cells (as nbgrader reads them), the feedback summary.
+"""The nbgrader preprocessors of autograder/integrations/nbgrader_plugin.py on small notebooks, without a kernel or a
+gradebook: the repair before sanitising, the grader's scores in the test cells (as nbgrader reads them), the
+feedback summary.
 CourseAutograde's choice of notebook is tested in test_repair.py."""
 import shutil
 
@@ -80,7 +81,7 @@ def test_the_graders_scores_land_in_the_test_cells_as_nbgrader_reads_them(grader
     sources = [c.source for c in nbformat.read(fixture_path("release.ipynb"), as_version=4).cells]
     assert [([c.source for c in asked.cells], aid, device) for asked, aid, device in grader] == \
         [(sources, "a1", "auto")]
-    cells = {gid: c for gid, c in zip(grade_ids(graded), graded.cells)}
+    cells = {gid: c for gid, c in zip(grade_ids(graded), graded.cells, strict=True)}
     assert determine_grade(cells["test_square"]) == (1.0, 3.0)  # partial credit from the cell's last value
     assert determine_grade(cells["test_Scaler"]) == (2.0, 2.0)
     printed = cells["test_square"].outputs[0]
@@ -102,7 +103,8 @@ def test_a_test_cell_the_grader_has_no_result_for_is_an_error_not_nbgraders_full
     """nbgrader reads a test cell without output as passed: a release whose cell course.yaml does not know must stop
     the autograde of that submission, naming the cell, not hand out its points."""
     without_scaler = {**RESULT, "tests": [t for t in RESULT["tests"] if t["item"] != "Scaler"]}
-    monkeypatch.setattr(autograder.grading.grade, "grade_notebook", lambda path, aid, device="auto", **kw: without_scaler)
+    monkeypatch.setattr(autograder.grading.grade, "grade_notebook",
+                        lambda path, aid, device="auto", **kw: without_scaler)
     with pytest.raises(RuntimeError, match="no result for test cell 'test_Scaler'"):
         TrustedGrade().preprocess(nbformat.read(fixture_path("release.ipynb"), as_version=4), resources())
 

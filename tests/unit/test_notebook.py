@@ -1,5 +1,5 @@
-"""autograder/notebooks/cells.py: reading a submission, finding its cells by metadata or by name, what a cell defines and
-uses, and the released setup cells (test_repair.py has the by-name lookup on stripped notebooks)."""
+"""autograder/notebooks/cells.py: reading a submission, finding its cells by metadata or by name, what a cell
+defines and uses, and the released setup cells (test_repair.py has the by-name lookup on stripped notebooks)."""
 import json
 
 import pytest

@@ -1,4 +1,5 @@
-"""autograder/notebooks/repair.py and the by-name lookup of autograder/notebooks/cells.py on small in-memory notebooks (no sandbox)."""
+"""autograder/notebooks/repair.py and the by-name lookup of autograder/notebooks/cells.py on small in-memory
+notebooks (no sandbox)."""
 import copy
 from types import SimpleNamespace
 
@@ -16,7 +17,8 @@ SCALER = "class Scaler:\n    def __init__(self, k):\n        self.k = k\n"
 
 def meta(gid, kind, points=None):
     m = {"grade_id": gid, "schema_version": 3, "task": False, "cell_type": "markdown" if kind == "answer" else "code",
-         "locked": kind in ("setup", "test"), "solution": kind in ("item", "answer"), "grade": kind in ("test", "answer")}
+         "locked": kind in ("setup", "test"), "solution": kind in ("item", "answer"),
+         "grade": kind in ("test", "answer")}
     if points is not None:
         m["points"] = points
     return {"nbgrader": m}
@@ -93,7 +95,8 @@ def test_stripped_metadata_comes_back_from_the_cells_definitions_sources_and_pro
     assert graded["test_square"].metadata["nbgrader"] == release().cells[4].metadata["nbgrader"]
     assert notes[0].startswith("no cell carried the nbgrader metadata of 'square'") and "cell 10" in notes[0]
     assert notes[1].startswith("no cell carried the nbgrader metadata of 'Scaler'") and "cell 7" in notes[1]
-    assert notes[2].startswith("4 cells had lost their nbgrader metadata (1 setup, 2 test, 1 answer)") and len(notes) == 3
+    assert notes[2].startswith("4 cells had lost their nbgrader metadata (1 setup, 2 test, 1 answer)")
+    assert len(notes) == 3
 
 
 def test_edited_points_and_an_edited_test_cell_are_the_released_ones_again():
@@ -179,14 +182,16 @@ def test_a_lone_notebook_of_another_name_is_graded_under_the_released_name_and_s
     converter, folder = autograde_in(tmp_path, "lab (1).ipynb")
     assert converter.take_notebooks("a1", "bob") == [str(folder / "lab.ipynb")]
     assert (folder / "lab (1).ipynb").read_text() == (folder / "lab.ipynb").read_text()  # a copy: the original stays
-    assert converter.file_notes == {"lab": ["the notebook was submitted as 'lab (1).ipynb'; it was graded as lab.ipynb"]}
+    assert converter.file_notes == {
+        "lab": ["the notebook was submitted as 'lab (1).ipynb'; it was graded as lab.ipynb"]}
 
 
 def test_two_notebooks_of_other_names_or_a_broken_file_stop_the_student_with_the_cause(tmp_path):
     from nbgrader.converters.base import NbGraderException
     converter, folder = autograde_in(tmp_path / "two", "draft.ipynb", "final.ipynb")
-    with pytest.raises(NbGraderException, match=r"student 'bob': not graded: 2 notebooks .*\(draft.ipynb, final.ipynb\) "
-                                                r"and none named lab.ipynb"):
+    with pytest.raises(NbGraderException,
+                       match=r"student 'bob': not graded: 2 notebooks .*\(draft.ipynb, final.ipynb\) "
+                             r"and none named lab.ipynb"):
         converter.take_notebooks("a1", "bob")
     converter, folder = autograde_in(tmp_path / "broken", "lab.ipynb", content="{not json")
     with pytest.raises(NbGraderException, match=r"student 'bob': not graded: lab.ipynb is not a readable notebook"):
