@@ -1,16 +1,23 @@
-"""The experiment cache key: everything that can change a training result changes it; layout does not."""
+"""The experiment cache key and a saved result's identity: what a result depends on changes them, nothing else.
+
+An experiment's key covers its harness, the reference solution, its course.yaml section, the code its run executes
+(experiments.EXPERIMENT_CODE) and the library versions; a saved result's identity (batch.run.grader_identity) the
+grading code (experiments.GRADING_CODE, the suite, the harness). Code counts as it runs: a comment or a docstring
+edited keeps both, and so does any edit to a report, an integration or the CLI.
+"""
 import shutil
 from types import SimpleNamespace
 
 import pytest
 
 from autograder.course.config import ROOT, load_course
-from autograder.grading.cache import experiment_key, grader_digest
-from autograder.grading.experiments import experiment_inputs
+from autograder.grading.cache import PACKAGE, code_fingerprint, experiment_key
+from autograder.grading.experiments import experiment_inputs, grading_code, harness_sources
 from autograder.notebooks.cells import Cell
 
 AID = "w8l1_attention_vision"
-EXP = load_course().assignment(AID).experiments["ae_mnist"]
+COURSE = load_course()
+EXP = COURSE.assignment(AID).experiments["ae_mnist"]
 
 
 def code(source="def f(x):\n    return x + 1\n"):
@@ -19,16 +26,17 @@ def code(source="def f(x):\n    return x + 1\n"):
 
 def test_the_key_covers_every_input_that_can_change_a_run():
     inputs = experiment_inputs(code(), AID, EXP, 0, "cpu", None)
-    assert set(inputs) == {"cells", "grader", "solutions", "cfg", "seed", "device", "torch", "data", "threads",
+    assert set(inputs) == {"cells", "code", "solutions", "cfg", "seed", "device", "libraries", "data", "threads",
                            "watched"}
+    assert set(inputs["code"]) == {"grader", "harness"} and set(inputs["libraries"]) == {"torch", "numpy", "python"}
     assert inputs["data"].startswith("mnist ")  # this harness trains on MNIST, whose source may differ
     assert isinstance(inputs["threads"], int) and inputs["threads"] >= 1
     assert experiment_inputs(code(), "w8l4_transformers", EXP, 0, "cpu", None)["data"] == ""
 
 
 @pytest.mark.parametrize("field, other", [
-    ("cells", [["AutoEncoder", "something else"]]), ("grader", "0" * 64), ("solutions", "def g(): pass"),
-    ("cfg", {**EXP.cfg, "steps": EXP.steps + 1}), ("seed", 1), ("device", "cuda"), ("torch", "0.0.0"),
+    ("cells", [["AutoEncoder", "something else"]]), ("code", {"grader": "0" * 64}), ("solutions", "0" * 64),
+    ("cfg", {**EXP.cfg, "steps": EXP.steps + 1}), ("seed", 1), ("device", "cuda"), ("libraries", {"torch": "0.0.0"}),
     ("data", "mnist test split /x"), ("threads", 999), ("watched", {"oracles": {}}),
 ])
 def test_changing_any_input_changes_the_key(field, other):
@@ -52,13 +60,81 @@ def test_the_watched_oracles_reach_the_key():
     assert experiment_key(experiment_inputs(code(), AID, EXP, 0, "cpu", 3, more)) != base
 
 
-def test_editing_any_grader_file_changes_its_digest(tmp_path):
+def test_a_code_fingerprint_is_the_code_not_its_comments_or_docstrings():
+    source = 'def f(x):\n    """Doc."""\n    return x + 1  # why\n'
+    assert code_fingerprint(source) == code_fingerprint('def f(x):\n    """Other words."""\n\n    return x + 1\n')
+    assert code_fingerprint(source) == code_fingerprint("def f(x):\n    return x + 1\n")
+    assert code_fingerprint(source) != code_fingerprint("def f(x):\n    return x + 2\n")
+    assert code_fingerprint(source) != code_fingerprint("def g(x):\n    return x + 1\n")
+
+
+# --- what each depends on, with the package's files edited (a copy of it) ---------------------------------------
+
+@pytest.fixture
+def package(tmp_path):
     copy = tmp_path / "autograder"
-    shutil.copytree(ROOT / "autograder", copy, ignore=shutil.ignore_patterns("__pycache__"))
-    assert grader_digest(copy) == grader_digest()
-    for name in ("pytest_plugin.py", "sandbox_child.py", "harness/w8l1_attention_vision.py"):
-        path = copy / name
-        before = path.read_text()
-        path.write_text(before + "\n# edited\n")
-        assert grader_digest(copy) != grader_digest(), name
-        path.write_text(before)
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def keys(package):
+    """Every experiment's key (seed 0) and every assignment's grading code, computed from `package`'s files."""
+    out = {}
+    for aid, assignment in COURSE.assignments.items():
+        for name, exp in assignment.experiments.items():
+            out[f"{aid}/{name}"] = experiment_key(experiment_inputs(code(), aid, exp, 0, "cpu", 1, package=package))
+        out[aid] = grading_code(aid, package)
+    return out
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text, f"{path}: '{old}' is not there to edit"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_the_copy_gives_the_same_keys(package):
+    assert keys(package) == keys(PACKAGE)
+
+
+def test_a_comment_or_docstring_edited_anywhere_keeps_every_key_and_identity(package):
+    base = keys(package)
+    edit(package / "reports" / "tables.py", '"""', '"""A docstring edited. ')
+    (package / "reports" / "tables.py").write_text((package / "reports" / "tables.py").read_text() + "\n# a comment\n")
+    edit(package / "harness" / "training.py", "import math\n", "import math  # a comment\n")
+    edit(package / "grading" / "experiments.py", '"""', '"""Reworded. ')
+    assert keys(package) == base
+
+
+def test_report_integration_and_cli_code_reach_no_key_or_identity(package):
+    base = keys(package)
+    for name in ("reports/tables.py", "integrations/gradescope.py", "apps/demo.py", "cli.py", "batch/run.py"):
+        (package / name).write_text((package / name).read_text() + "\nEDITED = 1\n")
+    assert keys(package) == base
+
+
+def test_editing_the_harness_changes_its_experiments_keys_and_its_identity(package):
+    base = keys(package)
+    edit(package / "harness" / "w8l1_red_square.py", "EVAL_EVERY = 100", "EVAL_EVERY = 50")
+    after = keys(package)
+    changed = {k for k in base if after[k] != base[k]}
+    assert changed == {f"{AID}/{n}" for n in COURSE.assignment(AID).experiments} | {AID}, changed
+    edit(package / "harness" / "training.py", "every=1, first=1", "every=2, first=1")  # shared by every harness
+    assert all(keys(package)[k] != after[k] for k in base)
+
+
+def test_grading_code_changes_the_identity_and_only_training_code_the_experiment_keys(package):
+    base = keys(package)
+    edit(package / "grading" / "scoring.py", "\nimport ", "\nEDITED = 1\nimport ")
+    after = keys(package)
+    assert all(after[aid] != base[aid] for aid in COURSE.assignments)  # every saved result is graded again
+    assert all(after[k] == base[k] for k in base if "/" in k)            # no experiment trains again
+    edit(package / "sandbox" / "child" / "server.py", "\nimport ", "\nEDITED = 1\nimport ")
+    assert all(keys(package)[k] != after[k] for k in base)
+
+
+def test_the_sandbox_is_sent_the_harness_it_imports():
+    """The harness's own module last, after the harness modules it imports (the shared training loop first)."""
+    assert list(harness_sources(AID)) == ["training", "w8l1_red_square", AID]
+    assert list(harness_sources("lab14_transformers")) == ["training", "lab14_transformers"]
+    assert harness_sources(AID)[AID] == (ROOT / "autograder" / "harness" / f"{AID}.py").read_text()

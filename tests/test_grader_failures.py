@@ -85,7 +85,8 @@ def test_the_harness_breaking_in_the_sandbox_with_no_student_frame_is_a_grader_f
     assert head in source
     broken = source.replace(head, head + "    harness_helper_that_does_not_exist()\n", 1)
     import autograder.grading.plugin as plugin
-    monkeypatch.setattr(plugin, "harness_sources", lambda aid: {aid: broken})  # what the sandbox loads
+    # what the sandbox loads: the shared training module as it is, the harness broken
+    monkeypatch.setattr(plugin, "harness_sources", lambda aid: {**harness_sources(aid), aid: broken})
     with pytest.raises(GraderError) as failed:
         grade_notebook(notebook(tmp_path, LAB14), LAB14, items=["TransformerClassifier"], device="cpu")
     assert "memory_task" in str(failed.value) and "NameError" in str(failed.value), str(failed.value)

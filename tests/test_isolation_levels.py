@@ -86,9 +86,10 @@ from pathlib import Path
 spec = json.loads(sys.argv[1])
 if spec.get("no_userns"):  # as Docker's default seccomp profile: no new user namespace for this grader
     import importlib.util
-    s = importlib.util.spec_from_file_location("child", spec["child"])
-    child = importlib.util.module_from_spec(s)
-    s.loader.exec_module(child)
+    s = importlib.util.spec_from_file_location("child_main", spec["child"])  # the student's side
+    entry = importlib.util.module_from_spec(s)
+    s.loader.exec_module(entry)
+    child = entry.load().isolation
     lib = child.libc()
     lib.prctl(child.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     child.forbid_user_namespaces(lib)
@@ -188,7 +189,7 @@ def run_grader(targets, uid, tmp, wrap=(), no_userns=False):
              "home": str(targets["secrets"][uid])}
     spec = {"cell": PROBE_CELL, "files": files, "port": targets["port"], "no_userns": no_userns,
             "seconds": 7000 + os.getpid() % 1000 * 2 + 2 * len(wrap) + no_userns * 7,
-            "child": str(ROOT / "autograder" / "sandbox" / "child.py")}
+            "child": str(ROOT / "autograder" / "sandbox" / "child" / "__main__.py")}
     script = tmp / "grader.py"
     script.write_text(GRADER)
     script.chmod(0o644)
@@ -300,9 +301,10 @@ NO_LANDLOCK = r'''
 import ctypes, importlib.util, struct, sys
 # Seccomp filters on this grader: no user namespace (the sandbox's own filter), and ENOSYS for Landlock's
 # three calls (a kernel without it)
-s = importlib.util.spec_from_file_location("child", sys.argv.pop(1))
-child = importlib.util.module_from_spec(s)
-s.loader.exec_module(child)
+s = importlib.util.spec_from_file_location("child_main", sys.argv.pop(1))  # the student's side
+entry = importlib.util.module_from_spec(s)
+s.loader.exec_module(entry)
+child = entry.load().isolation
 lib = ctypes.CDLL(None, use_errno=True)
 prog = [(0x20, 0, 0, 0), (0x35, 0, 3, 444), (0x35, 2, 0, 447), (0x06, 0, 0, 0x00050000 | 38), (0x06, 0, 0, 0x7FFF0000),
         (0x06, 0, 0, 0x7FFF0000)]
@@ -332,7 +334,7 @@ def test_course_grade_refuses_a_machine_that_isolates_nothing(targets, tmp):
     for extra in ([], ["--allow-unisolated"]):
         args = ["grade", str(notebook), "-a", AID, "--items", "scaled_dot_product_attention", "--device", "cpu",
                 "--json", str(targets["homes"][NOBODY] / f"result{len(runs)}.json"), *extra]
-        child = str(ROOT / "autograder" / "sandbox" / "child.py")
+        child = str(ROOT / "autograder" / "sandbox" / "child" / "__main__.py")
         runs.append(run_as(NOBODY, [sys.executable, str(script), child, *args], tmp, targets))
     refused, allowed = runs
     assert refused.returncode == 3, refused.stderr[-2000:]

@@ -29,9 +29,10 @@ USERNS_USER, LANDLOCK_USER = 65532, 65531
 NO_USERNS = r'''
 import importlib.util, os, sys
 # As Docker's default seccomp profile: no new user namespace for this process and all it starts
-s = importlib.util.spec_from_file_location("child", sys.argv.pop(1))
-child = importlib.util.module_from_spec(s)
-s.loader.exec_module(child)
+s = importlib.util.spec_from_file_location("child_main", sys.argv.pop(1))  # the student's side
+entry = importlib.util.module_from_spec(s)
+s.loader.exec_module(entry)
+child = entry.load().isolation
 lib = child.libc()
 assert lib.prctl(child.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
 child.forbid_user_namespaces(lib)
@@ -71,7 +72,7 @@ def run_level(level, folder, tests):
         script = folder / "no_userns.py"
         script.write_text(NO_USERNS)
         script.chmod(0o644)
-        command = [sys.executable, str(script), str(ROOT / "autograder" / "sandbox" / "child.py"), *command[1:]]
+        command = [sys.executable, str(script), str(ROOT / "autograder" / "sandbox" / "child" / "__main__.py"), *command[1:]]
     run = run_as(uid, command, folder, {"homes": {uid: home}}, wrap, env=env)
     out = run.stdout + run.stderr
     summary = out.strip().splitlines()[-1] if out.strip() else ""

@@ -29,12 +29,13 @@ LIMITS = Limits(setup_seconds=60, item_seconds=30, experiment_seconds=60)
 BUILT = "getattr(F, 'scaled_dot_' + 'product_attention')"  # no oracle name in the code: the static scan sees nothing
 
 
-def sandbox_child():
-    """autograder/sandbox/child.py as a module (it is a standalone script: importing it runs nothing)."""
-    spec = importlib.util.spec_from_file_location("sandbox_child_under_test", ROOT / "autograder" / "sandbox" / "child.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sandbox_tripwire():
+    """autograder/sandbox/child/tripwire.py as the student's process loads it: by path, as part of its own package."""
+    spec = importlib.util.spec_from_file_location("sandbox_child_main",
+                                                  ROOT / "autograder" / "sandbox" / "child" / "__main__.py")
+    main = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(main)  # not run as __main__: it only defines load()
+    return main.load("sandbox_child_under_test").tripwire
 
 
 def imported(path):
@@ -52,7 +53,7 @@ def imported(path):
 
 def test_every_path_course_yaml_lists_is_a_function_the_sandbox_can_watch():
     """A path that no longer resolves (a renamed private function, a new torch) would watch nothing, silently."""
-    child, course = sandbox_child(), load_course()
+    child, course = sandbox_tripwire(), load_course()
     wire = child.Tripwire(torch)
     assert course.oracles, "course.yaml has no oracles table"
     for name, paths in course.oracles.items():

@@ -6,14 +6,12 @@ per worker, not per submission); with one worker, sessions run in this process.
 
 A results folder (`--results-dir`) holds one result per submission name, and a saved result is reused only when
 it is the same grading: the identity stored in its `extra_data.grading` (assignment, sha256 of the notebook's
-bytes, items requested, the grader's digest) must equal this run's. An `--items` run into a folder holding the
+bytes, items requested, grader_identity) must equal this run's. An `--items` run into a folder holding the
 submission's full result (or a partial one of other items) by the same grader regrades those items and merges
 them into it; anything else is graded afresh and replaces what was saved.
 """
 import fcntl
 import hashlib
-import importlib
-import inspect
 import json
 import multiprocessing
 import os
@@ -27,7 +25,7 @@ from pathlib import Path
 import torch
 
 from autograder.course.config import course_root, load_course
-from autograder.grading.cache import atomic_write, grader_digest
+from autograder.grading.cache import atomic_write, libraries
 from autograder.grading.grade import grade_notebook
 from autograder.sandbox.grader_side import threads_per_worker
 
@@ -93,17 +91,19 @@ def failed_result(aid, name, reason):
 
 
 def grader_identity(aid, device="auto"):
-    """One hash of everything besides the submission that decides its grade: the grader's code (suites and
-    harnesses included), the reference solutions, the course's configuration, the released setup cells, torch,
-    the device and MNIST's source. The sandbox's CPU thread count is left out: it is how the machine is shared
-    (`--workers`), and a resumed batch may use another."""
-    from autograder.grading.experiments import data_source_of, resolve_device
+    """One hash of everything besides the submission that decides its grade, and nothing else: the grading code it
+    runs (experiments.grading_code: grading, the sandbox, the course's code, the suite, the harness; comments left
+    out; not reports, integrations, the apps or this batch's dispatching), the reference solution, the course's
+    configuration, the released setup cells, the library versions, the device and MNIST's source. The sandbox's
+    CPU thread count is left out: it is how the machine is shared (`--workers`), and a resumed batch may use
+    another."""
+    from autograder.grading.experiments import data_source_of, grading_code, resolve_device, solution_fingerprint
     course = load_course()
     released = course_root() / "release" / aid / f"{aid}.ipynb"
-    parts = {"code": grader_digest(), "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")),
+    parts = {"code": grading_code(aid), "solutions": solution_fingerprint(aid),
              "course": course.model_dump(mode="json", exclude={"path", "assignments"}),
              "assignment": course.assignment(aid).model_dump(mode="json"),
-             "release": file_digest(released) if released.is_file() else "", "torch": torch.__version__,
+             "release": file_digest(released) if released.is_file() else "", "libraries": libraries(),
              "device": resolve_device(device if device != "auto" else course.device), "data": data_source_of(aid)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

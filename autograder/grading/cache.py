@@ -6,10 +6,13 @@ measurements). A run is stored in the course's `.grader/cache` when the user can
 own cache folder (a TA who does not own the checkout, a read-only one); read from both. A cache that cannot be
 written costs the next run its training, never this run's result: cache_write says so and returns.
 """
+import ast
 import contextlib
+import functools
 import hashlib
 import json
 import os
+import platform
 import sys
 import threading
 from pathlib import Path
@@ -20,12 +23,41 @@ from autograder.course.config import ROOT, course_root
 from autograder.errors import ConfigError
 
 
-def grader_digest(folder=ROOT / "autograder"):
-    """One hash of the grader's own code (plugin, sandbox, harnesses, ...): any edit may change a training run."""
+PACKAGE = ROOT / "autograder"
+
+
+@functools.lru_cache(maxsize=512)  # each grading asks for the same files' again per experiment and seed
+def code_fingerprint(source):
+    """sha256 of a module's code as Python runs it: its syntax tree without docstrings, so that editing a comment,
+    a docstring or the layout keeps it."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
+def code_digest(paths, package=PACKAGE):
+    """One hash of the Python code at `paths` under `package` (a folder: every .py below it), by path and
+    code_fingerprint."""
     h = hashlib.sha256()
-    for path in sorted(Path(folder).rglob("*.py")):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in paths:
+        path = Path(package) / name
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            if "__pycache__" not in file.parts:
+                name = file.relative_to(package).as_posix()
+                h.update(name.encode() + b"\0" + code_fingerprint(file.read_text()).encode())
     return h.hexdigest()
+
+
+def libraries():
+    """The versions of what the code runs on: a new torch, NumPy or Python may change a figure."""
+    import numpy
+    import torch
+    return {"torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version()}
 
 
 def experiment_key(inputs):

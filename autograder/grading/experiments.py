@@ -15,19 +15,32 @@ Whose failure is it? The student's item is scored only from the student's behavi
   the student's is the harness's, hence the grader's. A student who breaks the harness's own names (deleting a
   builtin) therefore gets a grader failure that a TA sees, never a silent score.
 """
+import ast
 import builtins
+import functools
+import hashlib
 import importlib
 import inspect
+import json
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
 from autograder.course.config import load_course
 from autograder.errors import UNUSABLE, GraderError
-from autograder.grading.cache import cache_read, cache_write, experiment_key, grader_digest
+from autograder.grading.cache import (
+    PACKAGE,
+    cache_read,
+    cache_write,
+    code_digest,
+    code_fingerprint,
+    experiment_key,
+    libraries,
+)
 from autograder.grading.scoring import Outcome
 from autograder.notebooks.cells import fingerprint
 from autograder.sandbox.grader_side import SandboxFailure, StudentRaised
@@ -39,9 +52,56 @@ def harness(aid):
     return importlib.import_module(f"autograder.harness.{aid}")
 
 
-def harness_sources(aid):
-    """{module name: source} of the harness the sandbox loads (the module name is the assignment's id)."""
-    return {aid: inspect.getsource(harness(aid))}
+def harness_sources(aid, package=PACKAGE):
+    """{module name: source} of what the sandbox loads as the assignment's harness, in load order: the harness
+    modules it imports (`from .training import ...`) before it, its own (named by the assignment's id) last."""
+    sources = {}
+
+    def add(name):
+        if name in sources:
+            return
+        source = (Path(package) / "harness" / f"{name}.py").read_text()
+        for module in harness_imports(source):
+            add(module)
+        sources[name] = source
+    add(aid)
+    return sources
+
+
+@functools.lru_cache(maxsize=64)
+def harness_imports(source):
+    """The harness modules a harness module's source imports (`from .training import ...`), in order."""
+    return [node.module for node in ast.parse(source).body if isinstance(node, ast.ImportFrom) and node.level == 1]
+
+
+# What an experiment's training run depends on, besides its harness (harness_sources): the sandbox (the grader's
+# side and the student's), the course's data and configuration code, the fault kinds and the code here that drives
+# it. Not the reports, batches, integrations or the rest of grading: editing them keeps every cached run.
+EXPERIMENT_CODE = ("errors.py", "course", "sandbox", "grading/experiments.py")
+# What a saved result depends on, besides the assignment's suite and harness: all of grading and what it runs on.
+GRADING_CODE = ("errors.py", "course", "sandbox", "notebooks", "grading")
+
+
+def harness_digest(aid, package=PACKAGE):
+    """One hash of the harness modules the sandbox loads for `aid`, comments left out."""
+    return hashlib.sha256(json.dumps({k: code_fingerprint(v) for k, v in harness_sources(aid, package).items()},
+                                     sort_keys=True).encode()).hexdigest()
+
+
+def experiment_code(aid, package=PACKAGE):
+    """Hashes of the code an experiment's run depends on (EXPERIMENT_CODE, its harness), comments left out."""
+    return {"grader": code_digest(EXPERIMENT_CODE, package), "harness": harness_digest(aid, package)}
+
+
+def grading_code(aid, package=PACKAGE):
+    """Hashes of the code a grade depends on (GRADING_CODE, the assignment's suite, its harness), comments left out."""
+    return {"grader": code_digest(GRADING_CODE + (f"suites/test_{aid}.py",), package),
+            "harness": harness_digest(aid, package)}
+
+
+def solution_fingerprint(aid):
+    """The reference solution's code, comments left out."""
+    return code_fingerprint(inspect.getsource(importlib.import_module(f"solutions.{aid}")))
 
 
 def reference_parts(aid):
@@ -105,14 +165,16 @@ def data_source_of(aid):
     return f"mnist {kind} {folder}"
 
 
-def experiment_inputs(code, aid, exp, seed, device, threads, watched=None):
-    """Everything that can change one experiment's result: the code as it runs (not as laid out), the grader,
-    harness, solutions, config, seed, device, torch, the data's source, the sandbox's CPU threads and the oracles
-    watched while it trains (course.yaml's `oracles`, through scoring.tripwire_table)."""
+def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, package=PACKAGE):
+    """Everything that can change one experiment's result and nothing else: the student's cells and the grader's
+    code (experiment_code: what the run executes), each as it runs (not as laid out or commented), the reference
+    solution, the experiment's course.yaml section, seed, device, library versions, the data's source, the
+    sandbox's CPU threads and the oracles watched while it trains (course.yaml's `oracles`, through
+    scoring.tripwire_table). `package`: the grader's folder whose code counts (tests pass a copy)."""
     data = data_source_of(aid)
-    return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "grader": grader_digest(),
-            "solutions": inspect.getsource(importlib.import_module(f"solutions.{aid}")), "cfg": exp.cfg,
-            "seed": seed, "device": device, "torch": torch.__version__, "data": data,
+    return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "code": experiment_code(aid, package),
+            "solutions": solution_fingerprint(aid), "cfg": exp.cfg,
+            "seed": seed, "device": device, "libraries": libraries(), "data": data,
             "threads": threads or torch.get_num_threads(),  # the sandbox forks from a process with our default
             "watched": watched}
 
@@ -166,7 +228,7 @@ def _grader_step(exp, step, fn, *args):
                           f"raised {type(e).__name__}: {e}") from e
 
 
-STUDENT_FRAME = re.compile(r"\(cell [^()]*, line \d+\)$")  # where sandbox_child.describe says a student's frame raised
+STUDENT_FRAME = re.compile(r"\(cell [^()]*, line \d+\)$")  # where child/server.py describe puts a student's frame
 LIMITS = ("wrote more than", "started more than")         # the sandbox's disk and process limits biting
 
 

@@ -4,7 +4,7 @@ The rules, in the order they apply to an item:
 1. a check passes or fails on its own, with the checker's message (and the case it failed on);
 2. a from-scratch item whose cell names its oracle, or whose code called it while checked (any function course.yaml's
    `oracles` lists for the name, however reached: the sandbox watches the functions themselves, see
-   autograder/sandbox/child.py Tripwire), scores 0 on every check and experiment, with that one reason; its
+   autograder/sandbox/child/tripwire.py), scores 0 on every check and experiment, with that one reason; its
    experiment's training calling it fails that experiment;
 3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
 """

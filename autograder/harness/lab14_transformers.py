@@ -6,12 +6,10 @@ from the CLS token in one hop.
 
 The graded parts arrive as `parts` (student side) or `ref` (grader side); nothing here implements them.
 """
-import math
-import time
-
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+from .training import data_seeds, pass_marks, seeded, shuffled_rows, train_until
 
 SEQ_LEN = 60          # the lab's sequence length (Lab 11's task)
 N_TRAIN = 4000        # training sequences
@@ -25,14 +23,9 @@ CLIP = 1.0            # max gradient norm
 EVAL_BATCH = 256
 
 
-def _data_seeds(seed):
-    """Disjoint generator seeds for train / validation / test; seed 0 trains on the lab's own set."""
-    return seed, 1000 + seed, 2000 + seed
-
-
 def memory_data(ref, cfg, seed, device):
     """Training and validation sets from the reference make_memory_dataset."""
-    train_seed, val_seed, _ = _data_seeds(seed)
+    train_seed, val_seed, _ = data_seeds(seed)
     X_train, y_train = ref.make_memory_dataset(N_TRAIN, SEQ_LEN, seed=train_seed)
     X_val, y_val = ref.make_memory_dataset(N_VAL, SEQ_LEN, seed=val_seed)
     return {"X_train": X_train.to(device), "y_train": y_train.to(device),
@@ -41,8 +34,7 @@ def memory_data(ref, cfg, seed, device):
 
 def build_classifier(parts, cfg, seed, device):
     """The lab's default TransformerClassifier (d_model 32, 4 heads, 2 layers), PE long enough for CLS + SEQ_LEN."""
-    torch.manual_seed(seed)
-    return parts.TransformerClassifier(max_len=SEQ_LEN + 1).to(device)
+    return seeded(lambda: parts.TransformerClassifier(max_len=SEQ_LEN + 1), seed, device)
 
 
 @torch.no_grad()
@@ -61,48 +53,22 @@ def accuracy(model, X, y):
 def train_classifier(model, parts, data, cfg, seed):
     """Adam 1e-3, batch 64, BCE-with-logits, clip 1.0; validate every 16 steps, stop once it clears the mark."""
     X, y = data["X_train"], data["y_train"]
-    X_val, y_val = data["X_val"], data["y_val"]
-    target = min(1.0, cfg["threshold"]["test_accuracy"]["min"] + STOP_MARGIN)
-    steps_max = cfg["steps"]
-    n = X.size(0)
-    per_epoch = math.ceil(n / BATCH)
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    gen = torch.Generator().manual_seed(seed)  # CPU generator: the same order on any device
-    history = {"loss": [], "val_accuracy": [], "steps": 0, "epochs": 0, "stopped_early": False}
-    t0 = time.perf_counter()
-    step = 0
-    done = False
-    while step < steps_max and not done:
-        model.train()
-        order = torch.randperm(n, generator=gen).to(X.device)
-        for i in range(0, n, BATCH):
-            if step >= steps_max:
-                break
-            idx = order[i:i + BATCH]
-            loss = F.binary_cross_entropy_with_logits(model(X[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-            opt.step()
-            history["loss"].append(loss.item())
-            step += 1
-            if step % VAL_EVERY == 0:
-                val_acc = accuracy(model, X_val, y_val)
-                history["val_accuracy"].append(val_acc)
-                if val_acc >= target:
-                    history["stopped_early"] = step < steps_max
-                    done = True
-                    break
-        history["epochs"] += 1
-    history["steps"] = step
-    history["steps_per_epoch"] = per_epoch
-    history["seconds"] = time.perf_counter() - t0
-    return history
+    rows = shuffled_rows(X.size(0), BATCH, torch.Generator().manual_seed(seed), X.device)
+
+    def batch_loss(step):
+        idx = rows(step)
+        return F.binary_cross_entropy_with_logits(model(X[idx]), y[idx])
+
+    def validate():
+        return {"test_accuracy": accuracy(model, data["X_val"], data["y_val"])}
+
+    marks = pass_marks(cfg, {"test_accuracy": STOP_MARGIN}, cap=1.0)
+    return train_until(model, batch_loss, cfg["steps"], LR, validate, marks, every=VAL_EVERY, clip=CLIP)
 
 
 def evaluate_classifier(model, ref, cfg, seed, device):
     """Accuracy on N_TEST fresh sequences from a seed the training never used."""
-    _, _, test_seed = _data_seeds(seed)
+    _, _, test_seed = data_seeds(seed)
     X_test, y_test = ref.make_memory_dataset(N_TEST, SEQ_LEN, seed=test_seed)
     return {"test_accuracy": accuracy(model, X_test.to(device), y_test.to(device))}
 

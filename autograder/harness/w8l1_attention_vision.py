@@ -1,5 +1,6 @@
 """Week 8, Lecture 1's experiments: autoencoders on MNIST, the linear AE vs PCA, seq2seq with and
-without attention on the reverse task, "where is the red square?", and the modes of attention.
+without attention on the reverse task, and the modes of attention; "where is the red square?" is in
+w8l1_red_square.py.
 
 The graded parts arrive as `parts` (student side) or `ref` (grader side); nothing here implements them.
 The glue models (the seq2seq decoder, the CNN of the spatial task) are lecture models, not graded items.
@@ -12,6 +13,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .training import data_seeds, on_device, pass_marks, seeded, shuffled_rows, train_until
+from .w8l1_red_square import build_pooled, build_spatial, evaluate_spatial, shapes_data, train_spatial
 
 # --- MNIST autoencoders (Sections 2-3) ---
 N_TRAIN, N_TEST = 10000, 2000   # the lecture's subset (8,000 / 2,000 when only the test split is on disk)
@@ -40,67 +44,6 @@ MODE_LENGTHS = (4, 8, 12)       # training lengths on which hard attention is co
 MODE_L = 12                     # the length of the local-window sweep
 D_DIAGONAL = 2                  # a "small" half-width for the window at p_t = t
 
-# --- where is the red square? (Section 8) ---
-IMG = 32
-GRID = 8                        # the CNN's feature grid: 8 x 8 = 64 annotation vectors
-CELLS = 4                       # the answer is one of 4 x 4 = 16 cells
-D_SPATIAL = 32
-N_SHAPES_TRAIN, N_SHAPES_VAL, N_SHAPES_TEST = 2000, 300, 300
-LR_SPATIAL = 2e-3
-BATCH_SPATIAL = 64
-SPATIAL_MARGIN = 0.1
-COLOR_RGB = np.array([[0.90, 0.15, 0.15], [0.15, 0.72, 0.20], [0.20, 0.35, 0.95]], np.float32)  # red, green, blue
-
-
-def _seeds(seed):
-    """Disjoint generator seeds for training, validation and test data."""
-    return seed, 1000 + seed, 2000 + seed
-
-
-def _early_target(cfg, metric, margin):
-    """Validation level at which training may stop: the pass mark plus a margin; None for an upper bound."""
-    bound = cfg["threshold"].get(metric, {})
-    return None if bound.get("min") is None else bound["min"] + margin
-
-
-def _on(device, **tensors):
-    """The tensors moved to `device`, as the data dict a harness passes to its training."""
-    return {k: v.to(device) for k, v in tensors.items()}
-
-
-def _seeded(model, seed, device):
-    """`model()` built under torch.manual_seed(seed), then moved to `device`: the same initial weights anywhere."""
-    torch.manual_seed(seed)
-    return model().to(device)
-
-
-def _fit_steps(model, cfg, lr, batch_loss, validate, metric, margin):
-    """Adam at `lr` on batch_loss(step) for cfg['steps'] steps; every EVAL_EVERY steps validate() scores the
-    model in eval mode, and training stops once that clears `metric`'s pass mark by `margin`."""
-    target = _early_target(cfg, metric, margin)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    history = {"loss": [], f"val_{metric}": [], "steps": 0, "stopped_early": False}
-    t0 = time.perf_counter()
-    for step in range(1, cfg["steps"] + 1):
-        model.train()
-        loss = batch_loss(step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        history["steps"] = step
-        if step % 10 == 0:
-            history["loss"].append(round(loss.item(), 4))
-        if target is not None and step % EVAL_EVERY == 0:
-            model.eval()
-            val = validate()
-            history[f"val_{metric}"].append(val)
-            if val >= target:
-                history["stopped_early"] = step < cfg["steps"]
-                break
-    history["seconds"] = time.perf_counter() - t0
-    return history
-
-
 # =============================================================================================
 # MNIST autoencoders
 # =============================================================================================
@@ -120,54 +63,38 @@ def mnist_data(ref, cfg, seed, device):
 
 def build_ae(parts, cfg, seed, device):
     """AutoEncoder(k = 32) with the lecture's hidden width 256."""
-    return _seeded(lambda: parts.AutoEncoder(K_AE), seed, device)
+    return seeded(lambda: parts.AutoEncoder(K_AE), seed, device)
 
 
 def build_ae_pair(parts, cfg, seed, device):
     """A plain AE and a denoising AE of the same architecture, as one module."""
-    return _seeded(lambda: nn.ModuleDict({"ae": parts.AutoEncoder(K_AE), "dae": parts.AutoEncoder(K_AE)}), seed, device)
+    return seeded(lambda: nn.ModuleDict({"ae": parts.AutoEncoder(K_AE), "dae": parts.AutoEncoder(K_AE)}), seed, device)
 
 
 def _fit_ae(net, X, steps, seed, corrupt=None):
     """Adam 2e-3, batch 128, MSE against the clean x; corrupt(x, gen) makes the input noisy (DAE)."""
-    opt = torch.optim.Adam(net.parameters(), lr=LR_AE)
     gen = torch.Generator().manual_seed(seed)       # CPU generator: the same batches on any device
-    losses, step = [], 0
-    net.train()
-    while step < steps:
-        order = torch.randperm(X.shape[0], generator=gen).to(X.device)
-        for i in range(0, X.shape[0], BATCH_AE):
-            if step >= steps:
-                break
-            x = X[order[i:i + BATCH_AE]]
-            x_in = x if corrupt is None else corrupt(x, gen)
-            loss = F.mse_loss(net(x_in), x)         # the target is always the uncorrupted image
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            step += 1
-    return losses
+    rows = shuffled_rows(X.shape[0], BATCH_AE, gen, X.device)
+
+    def batch_loss(step):
+        x = X[rows(step)]
+        x_in = x if corrupt is None else corrupt(x, gen)
+        return F.mse_loss(net(x_in), x)             # the target is always the uncorrupted image
+    return train_until(net, batch_loss, steps, LR_AE, loss_every=10)
 
 
 def train_ae(model, parts, data, cfg, seed):
     """Plain AE for cfg['steps'] steps (4 epochs in the lecture)."""
-    t0 = time.perf_counter()
-    losses = _fit_ae(model, data["X_train"], cfg["steps"], seed)
-    return {"loss": losses[::10], "steps": len(losses), "seconds": time.perf_counter() - t0}
+    return _fit_ae(model, data["X_train"], cfg["steps"], seed)
 
 
 def train_ae_pair(model, parts, data, cfg, seed):
     """The plain AE on clean inputs, the DAE on inputs corrupted by parts.corrupt at sigma 0.5."""
-    t0 = time.perf_counter()
-    ae_losses = _fit_ae(model["ae"], data["X_train"], cfg["steps"], seed)
-
     def noisy(x, gen):
         return parts.corrupt(x, SIGMA, generator=gen)
-
-    dae_losses = _fit_ae(model["dae"], data["X_train"], cfg["steps"], seed, corrupt=noisy)
-    return {"ae_loss": ae_losses[::10], "dae_loss": dae_losses[::10], "steps": len(ae_losses),
-            "seconds": time.perf_counter() - t0}
+    ae = _fit_ae(model["ae"], data["X_train"], cfg["steps"], seed)
+    dae = _fit_ae(model["dae"], data["X_train"], cfg["steps"], seed, corrupt=noisy)
+    return {"steps": max(ae["steps"], dae["steps"]), "ae": ae, "dae": dae}  # each its own run of the budget
 
 
 @torch.no_grad()
@@ -183,7 +110,7 @@ def evaluate_ae_pair(model, ref, cfg, seed, device):
     """Both models on test images corrupted at sigma 0.5 (one fixed draw), MSE against the clean image."""
     _, X_test = _mnist(device)
     model.eval()
-    gen = torch.Generator().manual_seed(_seeds(seed)[2])
+    gen = torch.Generator().manual_seed(data_seeds(seed)[2])
     X_noisy = ref.corrupt(X_test, SIGMA, generator=gen)
     ae_mse = F.mse_loss(model["ae"](X_noisy), X_test).item()
     dae_mse = F.mse_loss(model["dae"](X_noisy), X_test).item()
@@ -207,7 +134,7 @@ def linear_data(ref, cfg, seed, device):
 
 def build_linear_ae(parts, cfg, seed, device):
     """LinearAE(k = 16): the module the trained weights are moved into."""
-    return _seeded(lambda: parts.LinearAE(K_LIN), seed, device)
+    return seeded(lambda: parts.LinearAE(K_LIN), seed, device)
 
 
 def train_linear(model, parts, data, cfg, seed):
@@ -320,7 +247,7 @@ def _pad_to(x, T):
 
 def reverse_data(ref, cfg, seed, device):
     """A pool of training sequences (lengths 1-12, one batch per step) and a validation set per length."""
-    train_seed, val_seed, _ = _seeds(seed)
+    train_seed, val_seed, _ = data_seeds(seed)
     gen = torch.Generator().manual_seed(train_seed)
     x, y, lens = make_reverse_batch(cfg["steps"] * BATCH_SEQ, 1, L_TRAIN_MAX, gen)
     gen_val = torch.Generator().manual_seed(val_seed)
@@ -329,17 +256,17 @@ def reverse_data(ref, cfg, seed, device):
     x_val = torch.cat([_pad_to(v[0], L_TRAIN_MAX) for v in val])
     y_val = torch.cat([_pad_to(v[1], L_TRAIN_MAX) for v in val])
     lens_val = torch.cat([v[2] for v in val])
-    return _on(device, x=x, y=y, lens=lens, x_val=x_val, y_val=y_val, lens_val=lens_val)
+    return on_device(device, x=x, y=y, lens=lens, x_val=x_val, y_val=y_val, lens_val=lens_val)
 
 
 def build_seq2seq(parts, cfg, seed, device):
     """Encoder + decoder with dot-product attention, d = 32."""
-    return _seeded(lambda: Seq2Seq(parts, attention=True), seed, device)
+    return seeded(lambda: Seq2Seq(parts, attention=True), seed, device)
 
 
 def build_seq2seq_plain(parts, cfg, seed, device):
     """The same encoder and decoder without attention (the bottleneck baseline)."""
-    return _seeded(lambda: Seq2Seq(parts, attention=False), seed, device)
+    return seeded(lambda: Seq2Seq(parts, attention=False), seed, device)
 
 
 def train_seq2seq(model, parts, data, cfg, seed):
@@ -356,14 +283,15 @@ def train_seq2seq(model, parts, data, cfg, seed):
         return F.cross_entropy(logits.reshape(-1, N_TOK), y.reshape(-1), ignore_index=PAD)
 
     def validate():
-        return _exact(model, data["x_val"], data["y_val"], data["lens_val"]).float().mean().item()
+        return {"exact_match": _exact(model, data["x_val"], data["y_val"], data["lens_val"]).float().mean().item()}
 
-    return _fit_steps(model, cfg, LR_SEQ, batch_loss, validate, "exact_match", MARGIN)
+    marks = pass_marks(cfg, {"exact_match": MARGIN})
+    return train_until(model, batch_loss, cfg["steps"], LR_SEQ, validate, marks, every=EVAL_EVERY, loss_every=10)
 
 
 def _test_set(L, seed, device):
     """N_TEST_PER_LEN fresh sequences of length exactly L, the same draw for every mode."""
-    gen = torch.Generator().manual_seed(_seeds(seed)[2] * 100 + L)
+    gen = torch.Generator().manual_seed(data_seeds(seed)[2] * 100 + L)
     x, y, lens = make_reverse_batch(N_TEST_PER_LEN, L, L, gen)
     return x.to(device), y.to(device), lens.to(device)
 
@@ -416,137 +344,6 @@ def evaluate_modes(model, ref, cfg, seed, device):
             f"local_diagonal_gap_D{D_DIAGONAL}": g - at_diagonal[D_DIAGONAL],
             "global_acc_L12": g, "hard_acc_L12": hard[MODE_L],
             "local_diagonal_acc_L12_D11": at_diagonal[MODE_L - 1]}
-
-
-# =============================================================================================
-# Where is the red square?
-# =============================================================================================
-
-_YS, _XS = np.mgrid[0:IMG, 0:IMG]
-
-
-def _shape_mask(shape, cx, cy, r):
-    """Pixels of a square (0), circle (1) or triangle (2) of radius r centred at (cx, cy)."""
-    if shape == 0:
-        return (np.abs(_XS - cx) <= r) & (np.abs(_YS - cy) <= r)
-    if shape == 1:
-        return (_XS - cx) ** 2 + (_YS - cy) ** 2 <= r * r
-    widening = (_YS - (cy - r)) / (2.0 * r)                 # 0 at the apex, 1 at the base
-    return (_YS >= cy - r) & (_YS <= cy + r) & (np.abs(_XS - cx) <= r * widening)
-
-
-def make_shapes(n, seed):
-    """n images, each with one red, one green, one blue shape that do not overlap.
-
-    Returns images (n, 3, 32, 32) float32, queries (n, 3) in 0..8 (= 3 * colour + shape, one per
-    object) and answers (n, 3): the 4 x 4 cell, row-major, that holds each object's centre.
-    """
-    rng = np.random.default_rng(seed)
-    imgs = np.empty((n, 3, IMG, IMG), np.float32)
-    queries = np.empty((n, 3), np.int64)
-    answers = np.empty((n, 3), np.int64)
-    for i in range(n):
-        img = 0.85 + rng.normal(0, 0.02, (IMG, IMG, 3)).astype(np.float32)   # light, slightly noisy background
-        placed = []
-        for colour in range(3):
-            while True:
-                r = rng.uniform(3, 5)
-                cx, cy = rng.uniform(r + 1, IMG - r - 1), rng.uniform(r + 1, IMG - r - 1)
-                if all((cx - px) ** 2 + (cy - py) ** 2 > (r + pr + 2) ** 2 for px, py, pr in placed):
-                    break
-            shape = int(rng.integers(0, 3))
-            img[_shape_mask(shape, cx, cy, r)] = COLOR_RGB[colour] + rng.normal(0, 0.03, 3)
-            placed.append((cx, cy, r))
-            queries[i, colour] = 3 * colour + shape
-            answers[i, colour] = int(cy // (IMG / CELLS)) * CELLS + int(cx // (IMG / CELLS))
-        imgs[i] = np.clip(img, 0, 1).transpose(2, 0, 1)                     # (H, W, 3) -> (3, H, W)
-    return torch.from_numpy(imgs), torch.from_numpy(queries), torch.from_numpy(answers)
-
-
-class SpatialModel(nn.Module):
-    """CNN -> 8 x 8 grid of annotation vectors (+ x, y channels); the question s attends over the grid
-    with general attention; a head reads the cell from [ctx; s]. attention=False averages the grid instead."""
-
-    def __init__(self, parts, d=D_SPATIAL, attention=True):
-        super().__init__()
-        self.cnn = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),     # 32 -> 16
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),    # 16 -> 8
-            nn.Conv2d(32, d - 2, 3, padding=1), nn.ReLU())
-        ys, xs = torch.meshgrid(torch.linspace(-1, 1, GRID), torch.linspace(-1, 1, GRID), indexing="ij")
-        # coordinates as channels: a location can then be read out of an annotation vector
-        self.register_buffer("coords", torch.stack([xs, ys])[None])        # (1, 2, GRID, GRID)
-        self.q_emb = nn.Embedding(9, d)                                     # (colour, shape) -> s
-        self.Wa = nn.Linear(d, d, bias=False)                               # its weight is W_a of s^T W_a a_l
-        self.head = nn.Sequential(nn.Linear(2 * d, 64), nn.ReLU(), nn.Linear(64, CELLS * CELLS))
-        self.attention = attention
-        self.unroll = parts.unroll_annotations
-        self.attend = parts.spatial_attention if attention else None
-
-    def annotations(self, img):
-        """Images (B, 3, 32, 32) -> annotation vectors A (B, L, d)."""
-        f = self.cnn(img)                                                    # (B, d - 2, 8, 8)
-        f = torch.cat([f, self.coords.expand(f.shape[0], -1, -1, -1)], 1)    # (B, d, 8, 8)
-        return self.unroll(f)                                                # (B, 64, d)
-
-    def forward(self, img, query):
-        """Logits over the 16 cells (B, 16) and the attention map alpha (B, 64) or None."""
-        A = self.annotations(img)
-        s = self.q_emb(query)                                                # (B, d)
-        if self.attention:
-            ctx, alpha = self.attend(s, A, self.Wa.weight)
-        else:
-            ctx, alpha = A.mean(1), None                                     # one pooled vector: no grid left
-        return self.head(torch.cat([ctx, s], dim=-1)), alpha
-
-
-def shapes_data(ref, cfg, seed, device):
-    """2,000 training images and 300 validation images, three questions each."""
-    train_seed, val_seed, _ = _seeds(seed)
-    imgs, q, a = make_shapes(N_SHAPES_TRAIN, train_seed)
-    imgs_val, q_val, a_val = make_shapes(N_SHAPES_VAL, val_seed)
-    return _on(device, imgs=imgs, q=q, a=a, imgs_val=imgs_val, q_val=q_val, a_val=a_val)
-
-
-def build_spatial(parts, cfg, seed, device):
-    """The attention model."""
-    return _seeded(lambda: SpatialModel(parts, attention=True), seed, device)
-
-
-def build_pooled(parts, cfg, seed, device):
-    """Same CNN and head, the grid averaged into one vector."""
-    return _seeded(lambda: SpatialModel(parts, attention=False), seed, device)
-
-
-@torch.no_grad()
-def spatial_accuracy(model, imgs, q, a):
-    """Accuracy over every (image, question) pair."""
-    model.eval()
-    hits = [(model(imgs, q[:, j])[0].argmax(-1) == a[:, j]).float().mean().item() for j in range(3)]
-    return float(np.mean(hits))
-
-
-def train_spatial(model, parts, data, cfg, seed):
-    """Adam 2e-3, batch 64 random (image, question) pairs, cross-entropy over the 16 cells."""
-    imgs, q, a = data["imgs"], data["q"], data["a"]
-    gen = torch.Generator().manual_seed(seed)
-
-    def batch_loss(step):
-        idx = torch.randint(0, imgs.shape[0], (BATCH_SPATIAL,), generator=gen).to(imgs.device)
-        which = torch.randint(0, 3, (BATCH_SPATIAL,), generator=gen).to(imgs.device)
-        logits, _ = model(imgs[idx], q[idx, which])                         # (B, 16)
-        return F.cross_entropy(logits, a[idx, which])
-
-    def validate():
-        return spatial_accuracy(model, data["imgs_val"], data["q_val"], data["a_val"])
-
-    return _fit_steps(model, cfg, LR_SPATIAL, batch_loss, validate, "accuracy", SPATIAL_MARGIN)
-
-
-def evaluate_spatial(model, ref, cfg, seed, device):
-    """Held-out accuracy on 300 fresh images x 3 questions (chance is 1/16)."""
-    imgs, q, a = make_shapes(N_SHAPES_TEST, _seeds(seed)[2])
-    return {"accuracy": spatial_accuracy(model, imgs.to(device), q.to(device), a.to(device))}
 
 
 EXPERIMENTS = {

@@ -13,12 +13,13 @@ The graded parts arrive as `parts` (student side) or `ref` (grader side); nothin
 Shapes: B batch, T positions (L_MAX + 1 = 11 after padding), V vocabulary (13).
 """
 import math
-import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .training import data_seeds, pass_marks, seeded, train_until
 
 BOS, EOS, PAD, VOCAB = 10, 11, 12, 13   # the reverse task's tokens, as in the lecture
 L_MIN, L_MAX = 3, 10                     # training lengths
@@ -43,11 +44,6 @@ EVAL_PER_LENGTH = 400                    # test sequences per length, as in the 
 EVAL_LENGTHS = list(range(L_MIN, L_MAX + 1))
 
 
-def _data_seeds(seed):
-    """Disjoint generator seeds for training batches, validation and test; seed 0 trains on the lecture's stream."""
-    return seed, 10_000 + seed, 20_000 + seed
-
-
 def _pad_to(x, T):
     """Right-pad a (B, t) token tensor with PAD to (B, T)."""
     return F.pad(x, (0, T - x.shape[1]), value=PAD)
@@ -61,7 +57,7 @@ def _by_length(ref, n, lengths, gen):
 
 def reverse_data(ref, cfg, seed, device):
     """cfg['steps'] training batches from the reference make_batch, and a validation set of every length."""
-    train_seed, val_seed, _ = _data_seeds(seed)
+    train_seed, val_seed, _ = data_seeds(seed, stride=10_000)
     gen = torch.Generator().manual_seed(train_seed)
     src, tgt_in, tgt = [], [], []
     for _ in range(cfg["steps"]):
@@ -105,8 +101,7 @@ class GRUSeq2Seq(nn.Module):
 
 def build_transformer(parts, cfg, seed, device):
     """The lecture's transformer: d_model 64, 4 heads, d_ff 128, 2 + 2 layers, PAD keys masked."""
-    torch.manual_seed(seed)
-    return parts.Transformer(VOCAB, pad_id=PAD, **MODEL).to(device)
+    return seeded(lambda: parts.Transformer(VOCAB, pad_id=PAD, **MODEL), seed, device)
 
 
 def build_no_mask(parts, cfg, seed, device):
@@ -118,43 +113,28 @@ def build_no_mask(parts, cfg, seed, device):
 
 def build_gru(parts, cfg, seed, device):
     """The recurrent baseline: embedding 64, GRUs of 128 (151,501 weights against the transformer's 169,933)."""
-    torch.manual_seed(seed)
-    return GRUSeq2Seq().to(device)
+    return seeded(GRUSeq2Seq, seed, device)
 
 
 def lr_scale(step, steps, warmup, decay):
-    """The learning rate's factor at `step`: linear warmup, then 1 or (decay) a cosine down to 0 at `steps`."""
-    if step < warmup or not decay:
-        return min(1.0, (step + 1) / warmup)
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+    """The learning rate's factor at `step` (from 1): linear warmup, then 1 or (decay) a cosine down to 0 at `steps`."""
+    if step <= warmup or not decay:
+        return min(1.0, step / warmup)
+    return 0.5 * (1 + math.cos(math.pi * (step - 1 - warmup) / max(1, steps - warmup)))
 
 
-def _fit(model, data, steps, lr, warmup, validate=None, every=VAL_EVERY, decay=False):
-    """Teacher-forced cross-entropy (PAD ignored), Adam with warmup (and decay); stop once validate() says so."""
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    history = {"loss": [], "val": [], "steps": 0, "stopped_early": False}
-    t0 = time.perf_counter()
-    for step in range(min(steps, data["src"].shape[0])):
-        model.train()
-        for g in opt.param_groups:
-            g["lr"] = lr * lr_scale(step, steps, warmup, decay)
-        src, tgt_in, tgt = data["src"][step], data["tgt_in"][step], data["tgt"][step]  # (B, T) each
+def _fit(model, data, steps, lr, warmup, validate=None, marks=None, every=VAL_EVERY, decay=False):
+    """Teacher-forced cross-entropy (PAD ignored), Adam with warmup (and decay), one stored batch per step;
+    validated from the warmup's end on."""
+    steps = min(steps, data["src"].shape[0])
+
+    def batch_loss(step):
+        src, tgt_in, tgt = data["src"][step - 1], data["tgt_in"][step - 1], data["tgt"][step - 1]  # (B, T) each
         logits = model(src, tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=PAD)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        history["loss"].append(loss.item())
-        history["steps"] = step + 1
-        if validate is not None and step + 1 >= warmup and (step + 1) % every == 0:
-            metrics, done = validate(model)
-            history["val"].append({"step": step + 1, **metrics})
-            if done:
-                history["stopped_early"] = step + 1 < steps
-                break
-    model.eval()
-    history["seconds"] = time.perf_counter() - t0
-    return history
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=PAD)
+
+    return train_until(model, batch_loss, steps, lr, validate, marks, every=every, first=warmup,
+                       lr_scale=lambda step: lr_scale(step, steps, warmup, decay))
 
 
 @torch.no_grad()
@@ -178,23 +158,18 @@ def _by_block(x, n_blocks):
     return x.reshape(n_blocks, -1).float().mean(1)
 
 
-def _greedy_validator(parts, data, cfg):
-    """Early stopping on the student's own greedy_decode: mean token accuracy over 3-10 and whole rows at L = 8."""
-    thr = cfg["threshold"]
-    want_tok = thr["greedy_token_acc"]["min"] + STOP_MARGIN["greedy_token_acc"]
-    want_seq = thr["seq_acc_L8"]["min"] + STOP_MARGIN["seq_acc_L8"]
+def _greedy_validator(model, parts, data):
+    """Validation on the student's own greedy_decode: mean token accuracy over 3-10 and whole rows at L = 8."""
     i8 = EVAL_LENGTHS.index(8)
 
-    def validate(model):
-        model.eval()
+    def validate():
         try:
             pred = parts.greedy_decode(model, data["val_src"], T_PAD)  # (N, T_PAD)
         except Exception as e:  # a broken greedy_decode only costs the early stop, not the run
-            return {"error": f"{type(e).__name__}: {e}"[:200]}, False
+            return {"error": f"{type(e).__name__}: {e}"[:200]}
         tok, seq = _token_hits(pred, data["val_tgt"])
         tok_L, seq_L = _by_block(tok, len(EVAL_LENGTHS)), _by_block(seq, len(EVAL_LENGTHS))
-        m = {"greedy_token_acc": tok_L.mean().item(), "seq_acc_L8": seq_L[i8].item()}
-        return m, m["greedy_token_acc"] >= want_tok and m["seq_acc_L8"] >= want_seq
+        return {"greedy_token_acc": tok_L.mean().item(), "seq_acc_L8": seq_L[i8].item()}
     return validate
 
 
@@ -202,23 +177,22 @@ def train_transformer(model, parts, data, cfg, seed):
     """Adam 3e-3, 100-step warmup, cosine decay, batch 128; stop when validation greedy accuracy clears the marks
     with margin."""
     torch.manual_seed(seed)
-    return _fit(model, data, cfg["steps"], LR, WARMUP, _greedy_validator(parts, data, cfg), decay=True)
+    marks = pass_marks(cfg, {k: STOP_MARGIN[k] for k in ("greedy_token_acc", "seq_acc_L8")})
+    return _fit(model, data, cfg["steps"], LR, WARMUP, _greedy_validator(model, parts, data), marks, decay=True)
 
 
 def train_no_mask(model, parts, data, cfg, seed):
     """Adam 3e-3 after a 20-step warmup, no causal mask; stop once teacher-forced accuracy at L = 8 clears its mark."""
     torch.manual_seed(seed)
-    want = cfg["threshold"]["teacher_forced_acc_L8"]["min"] + STOP_MARGIN["teacher_forced_acc_L8"]
     rows = slice(EVAL_LENGTHS.index(8) * VAL_PER_LENGTH, (EVAL_LENGTHS.index(8) + 1) * VAL_PER_LENGTH)
     # the L = 8 block without its extra PAD columns, as evaluate sees it: an unmasked decoder reads a PAD in
     # tgt_in[t + 1] as "EOS comes next", so the padded block would flatter it
     src, tgt_in, tgt = (data[k][rows, :9] for k in ("val_src", "val_tgt_in", "val_tgt"))
 
-    def validate(m):
-        m.eval()
-        acc = _teacher_forced_hits(m, src, tgt_in, tgt).mean().item()
-        return {"teacher_forced_acc_L8": acc}, acc >= want
-    return _fit(model, data, cfg["steps"], LR, NO_MASK_WARMUP, validate, every=VAL_EVERY_TF)
+    def validate():
+        return {"teacher_forced_acc_L8": _teacher_forced_hits(model, src, tgt_in, tgt).mean().item()}
+    marks = pass_marks(cfg, {"teacher_forced_acc_L8": STOP_MARGIN["teacher_forced_acc_L8"]})
+    return _fit(model, data, cfg["steps"], LR, NO_MASK_WARMUP, validate, marks, every=VAL_EVERY_TF)
 
 
 def train_gru(model, parts, data, cfg, seed):
@@ -230,7 +204,7 @@ def train_gru(model, parts, data, cfg, seed):
 @torch.no_grad()
 def greedy_by_length(model, ref, lengths, seed, device, n=EVAL_PER_LENGTH):
     """Reference greedy decoding of n fresh sequences per length: token and whole-sequence accuracy per length."""
-    gen = torch.Generator().manual_seed(_data_seeds(seed)[2])
+    gen = torch.Generator().manual_seed(data_seeds(seed, stride=10_000)[2])
     tok, seq = {}, {}
     for L in lengths:
         src, _, tgt, _ = ref.make_batch(n, L, L, gen)
@@ -252,7 +226,7 @@ def evaluate_transformer(model, ref, cfg, seed, device):
 def evaluate_no_mask(model, ref, cfg, seed, device):
     """At L = 8 on fresh data: teacher-forced token accuracy, and free-running (reference greedy) token accuracy."""
     model.eval()
-    gen = torch.Generator().manual_seed(_data_seeds(seed)[2])
+    gen = torch.Generator().manual_seed(data_seeds(seed, stride=10_000)[2])
     src, tgt_in, tgt, _ = (x.to(device) for x in ref.make_batch(EVAL_PER_LENGTH, 8, 8, gen))
     tf_acc = _teacher_forced_hits(model, src, tgt_in, tgt).mean().item()
     free = (ref.greedy_decode(model, src, 9) == tgt).float().mean().item()

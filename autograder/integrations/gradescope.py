@@ -126,8 +126,11 @@ def zip_course_yaml(course, aid):
     return header + yaml.safe_dump(raw, sort_keys=False, width=120)
 
 
-def other_assignments_file(path, others):
-    """Whether a package file is another assignment's (its suite, harness or reference solution)."""
+def other_assignments_file(path, others, harness_modules):
+    """Whether a package file is another assignment's (its suite, reference solution, or a harness module that
+    `aid`'s harness does not load: harness_modules, experiments.harness_sources's names)."""
+    if path.parent.name == "harness" and path.suffix == ".py" and path.stem != "__init__":
+        return path.stem not in harness_modules
     return path.stem.removeprefix("test_") in others
 
 
@@ -136,12 +139,13 @@ def course_files(aid):
     the package's code, the course's files (course.yaml as loaded, COURSE_CONFIG included, cut to `aid`; the
     release; MNIST's test split where the harness reads MNIST)."""
     course = load_course()
-    others = set(course.assignments) - {aid}
+    from autograder.grading.experiments import harness_sources
+    others, harness_modules = set(course.assignments) - {aid}, set(harness_sources(aid))
     files = [("pyproject.toml", project_file().read_bytes())]
     for package, folder in package_folders().items():
         for path in sorted(folder.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc" \
-                    and not other_assignments_file(path, others):
+                    and not other_assignments_file(path, others, harness_modules):
                 files.append((f"{package}/{path.relative_to(folder)}", path.read_bytes()))
     files.append((f"release/{aid}/{aid}.ipynb", released_notebook(aid).read_bytes()))
     files.append(("course.yaml", zip_course_yaml(course, aid).encode()))

@@ -2,12 +2,12 @@
 
 Limits that hold: a wall-clock deadline per request that bounds every wait on the student's process (its
 writes, its reads, whatever it sends or does not send), memory of the student's process tree, output cut at
-a size; disk, processes and isolation as sandbox_child.py describes. On any breach the sandbox is ended as a
+a size; disk, processes and isolation as child/isolation.py describes. On any breach the sandbox is ended as a
 whole, so nothing the student started outlives its item; a request that times out, crashes or blows memory
 restarts the process (reloading the notebook's cells) for the next item. Tensors come back inside the
 answer on a pipe the grader created (safetensors bytes, never a file the student could name or replace).
 
-The parts, a module each: sandbox_protocol (the messages and the value codec, shared with sandbox_child.py),
+The parts, a module each: sandbox_protocol (the messages and the value codec, shared with child/, the student's side),
 sandbox_accounting (uid leases, processes and memory from /proc), sandbox_zygote (the process sandboxes are
 forked from), sandbox_output (the output tap), sandbox_channel (bounded waits on the pipes). Here: `Sandbox`,
 which ties them together, and what the machine allows. The names other modules use are importable from here.
@@ -103,7 +103,7 @@ class Sandbox:
         self.limits, self.device, self.threads = limits, device, threads
         self.tripwire = tripwire  # scoring.tripwire_table: the oracles watched before any of the student's cells loads
         self.isolated = can_isolate()
-        self.isolation = None   # what the sandbox process reports it got (see sandbox_child's levels)
+        self.isolation = None   # what the sandbox process reports it got (see child/isolation.py's levels)
         self.proc = None
         self.skip = set()       # cells that hung while loading: left out of every restart
         self.load_errors = {}

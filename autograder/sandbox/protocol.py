@@ -1,6 +1,6 @@
 """The sandbox's wire protocol, for both sides: how a message travels, the tags a value travels under, the limits.
 
-The grader imports it as autograder.sandbox.protocol; the student's process (sandbox_child.py) loads this file by
+The grader imports it as autograder.sandbox.protocol; the student's process (child/helpers.py) loads this file by
 path before it enters the sandbox (its root holds no course file), so it imports nothing of the course: the
 standard library, torch and safetensors only.
 

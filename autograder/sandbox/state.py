@@ -2,7 +2,7 @@
 
 The spec fixes the order in which each graded module registers its parameters and buffers, so a list of
 tensors in that order is enough to move weights between the student's module and the reference's. Written
-once for the grader and the student's process alike: sandbox_child.py loads this file by path (it never
+once for the grader and the student's process alike: child/helpers.py loads this file by path (it never
 imports the autograder package), so it may import nothing but torch.
 """
 import torch

@@ -1,6 +1,6 @@
 """The zygote: one process per grader that has imported torch and forks each sandbox from there.
 
-Started from sandbox_child.py with the grader's import path less the course and an environment with nothing of
+Started from child/__main__.py with the grader's import path less the course and an environment with nothing of
 the grader's (import_path, sandbox_env); a sandbox then starts in milliseconds, not in torch's import time.
 """
 import json
@@ -16,7 +16,7 @@ from pathlib import Path
 from autograder.sandbox.channel import read_line
 from autograder.sandbox.protocol import SandboxFailure, as_text
 
-CHILD = Path(__file__).with_name("child.py")
+CHILD = Path(__file__).with_name("child") / "__main__.py"  # the student's side, run as a script (child/__init__.py)
 SCRATCH_DIR = tempfile.gettempdir()  # where each sandbox's scratch folder is made
 STARTUP_SECONDS = 300  # the process importing torch before any student code runs: not the student's time
 
@@ -63,7 +63,7 @@ def sandbox_env(threads=None):
 
 
 class Zygote:
-    """The grader's zygote (see sandbox_child's `zygote`): started at the first spawn, replaced once if it died."""
+    """The grader's zygote (see child/monitor.py's `zygote`): started at the first spawn, replaced once if it died."""
 
     def __init__(self):
         self.lock = threading.Lock()

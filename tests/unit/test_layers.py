@@ -35,14 +35,21 @@ def grader_modules():
 
 def imported(path):
     """The autograder modules a file imports, anywhere in it (`from autograder.x import y` counts x.y when that is
-    a module)."""
+    a module); a relative import (`from .training import ...`) counts as the absolute name it stands for."""
     found = set()
+    package = module_name(path).split(".") if path.is_relative_to(ROOT) else []
+    if path.name != "__init__.py":
+        package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("autograder")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("autograder"):
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                module = ".".join(package[:len(package) - node.level + 1] + ([module] if module else []))
+            if module.startswith("autograder"):
+                found.add(module)
+                found |= {f"{module}.{a.name}" for a in node.names}
     return found
 
 
@@ -97,13 +104,19 @@ def test_the_rule_sees_a_wrong_import(tmp_path):
     low, high = tmp_path / "low.py", tmp_path / "high.py"
     low.write_text("def f():\n    from autograder.reports.tables import grade_table\n")
     high.write_text("from autograder.course import config\n")
+    inside = PACKAGE / "harness" / "lab14_transformers.py"  # a relative import counts as the name it stands for
+    assert "autograder.harness.training" in imported(inside)
     assert "autograder.reports.tables" in imported(low)
     assert {"autograder.course", "autograder.course.config"} <= imported(high)
     assert LAYER["reports"] > LAYER["course"]
 
 
 def test_student_side_imports_nothing_of_the_grader():
-    for path in (PACKAGE / "sandbox").rglob("*.py"):
-        if path.name in ("__init__.py",) or "child" not in path.relative_to(PACKAGE).as_posix():
-            continue
-        assert not imported(path), f"{path.relative_to(ROOT)} imports the grader: the student's process must not"
+    """The student's side (sandbox/child/) imports nothing outside its own folder: its process loads the folder as
+    a package of its own (child/__main__.py), and the grader's three shared files by path (child/helpers.py)."""
+    child = PACKAGE / "sandbox" / "child"
+    assert (child / "__main__.py").is_file()
+    for path in child.rglob("*.py"):
+        outside = {m for m in imported(path) if not m.startswith("autograder.sandbox.child")}
+        assert not outside, \
+            f"{path.relative_to(ROOT)} imports the grader ({sorted(outside)}): the student's process must not"

@@ -26,7 +26,7 @@ from autograder.sandbox.protocol import (
 )
 from autograder.sandbox.state import assign_state
 
-CHILD = ROOT / "autograder" / "sandbox" / "child.py"
+CHILD = ROOT / "autograder" / "sandbox" / "child" / "__main__.py"  # loads the student's side as its own package
 
 
 def on_the_wire(value, tensors):
@@ -210,24 +210,42 @@ def test_a_forged_answer_is_the_students_wrong_answer_not_a_grader_crash(value, 
 
 # --- one definition for both sides -----------------------------------------------------------------
 
-def load_child():
-    spec = importlib.util.spec_from_file_location("sandbox_child_for_protocol_test", CHILD)
-    child = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(child)
-    return child
+def load_child(name):
+    """The student's side as its process loads it: __main__.py by path, which loads its folder as package `name`."""
+    spec = importlib.util.spec_from_file_location(f"{name}_main", CHILD)
+    main = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(main)
+    return main.load(name)
 
 
 def test_every_operation_the_grader_may_ask_has_a_handler_and_no_other():
-    child = load_child()
-    assert {name.removeprefix("op_") for name in vars(child.Server) if name.startswith("op_")} == set(OPS)
+    child = load_child("sandbox_child_for_ops_test")
+    assert {name.removeprefix("op_") for name in vars(child.server.Server) if name.startswith("op_")} == set(OPS)
 
 
 def test_the_student_side_loads_the_protocol_by_path_from_its_own_folder():
-    child = load_child()
-    assert child.PROTOCOL is None
-    child.load_helpers()
-    assert child.PROTOCOL.__file__ == str(ROOT / "autograder" / "sandbox" / "protocol.py")
-    assert child.PROTOCOL.TENSOR == "T" and child.PROTOCOL.to_grader is not protocol.to_grader
+    child = load_child("sandbox_child_for_protocol_test")
+    assert child.helpers.PROTOCOL is None
+    child.helpers.load_helpers()
+    assert child.helpers.PROTOCOL.__file__ == str(ROOT / "autograder" / "sandbox" / "protocol.py")
+    assert child.helpers.PROTOCOL.TENSOR == "T" and child.helpers.PROTOCOL.to_grader is not protocol.to_grader
+    assert child.server.helpers is child.helpers  # the server reads the same module's PROTOCOL
+
+
+def test_the_student_side_is_its_own_package_not_the_graders():
+    """Started as the zygote starts it (-I, from /), its modules load as the package course_child and no module of
+    the grader's package is loaded (the three shared files it loads by path later: the test above)."""
+    import subprocess
+    import sys
+    script = ("import importlib.util, sys\n"
+              f"spec = importlib.util.spec_from_file_location('entry', {str(CHILD)!r})\n"
+              "entry = importlib.util.module_from_spec(spec); spec.loader.exec_module(entry)\n"
+              "entry.load()\n"
+              "print(sorted(m for m in sys.modules if m.startswith(('autograder', 'course_'))))\n")
+    out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd="/", check=True)
+    loaded = ["course_child", "course_child.helpers", "course_child.isolation", "course_child.monitor",
+              "course_child.server", "course_child.tripwire"]
+    assert out.stdout.strip() == str(loaded), out.stdout
 
 
 def test_the_protocol_imports_nothing_of_the_course():

@@ -1,0 +1,100 @@
+"""The harnesses' one training loop, and the pieces every harness shares (seeds, building, data, stopping).
+
+A run takes `steps` optimiser steps at most (its budget, course.yaml's `steps`), numbered from 1. Every `every`
+steps from step `first` on, `validate()` scores the model in eval mode on validation data; training stops early once
+those figures (named as the experiment's metrics they estimate) clear their `marks`: each metric's pass mark plus a
+margin, so that the grader's fresh test data clears the mark itself. The history it returns has the same keys in
+every harness: loss, val, steps, stopped_early, seconds.
+
+The sandbox loads this module beside the harness (grading/experiments.py harness_sources), so it imports nothing
+of the grader's.
+"""
+import math
+import time
+
+import torch
+import torch.nn as nn
+
+
+def data_seeds(seed, stride=1000):
+    """Disjoint generator seeds for training, validation and test data; seed 0 trains on the lecture's own."""
+    return seed, stride + seed, 2 * stride + seed
+
+
+def seeded(make, seed, device):
+    """make() built under torch.manual_seed(seed), then moved to `device`: the same initial weights anywhere."""
+    torch.manual_seed(seed)
+    return make().to(device)
+
+
+def on_device(device, **tensors):
+    """The tensors moved to `device`, as the data dict a harness passes to its training."""
+    return {k: v.to(device) for k, v in tensors.items()}
+
+
+def pass_marks(cfg, margins, cap=None):
+    """{metric: the level validation must reach to stop}: course.yaml's `min` plus the margin, at most `cap`;
+    a metric with no `min` (an upper bound, a figure for the record) never stops a run."""
+    marks = {}
+    for metric, margin in margins.items():
+        low = cfg["threshold"].get(metric, {}).get("min")
+        if low is not None:
+            marks[metric] = low + margin if cap is None else min(cap, low + margin)
+    return marks
+
+
+def cleared(figures, marks):
+    """Whether validation's figures reach every mark (a figure missing, as when validation failed, does not)."""
+    return all(metric in figures and figures[metric] >= mark for metric, mark in marks.items())
+
+
+def shuffled_rows(n, batch, gen, device):
+    """rows(step) -> the indices of step's batch: epochs of a fresh order of the n rows, each drawn from the CPU
+    generator `gen` as its epoch starts (the same batches on any device), cut into batches (an epoch's last one
+    shorter)."""
+    per_epoch = math.ceil(n / batch)
+    order = None
+
+    def rows(step):
+        nonlocal order
+        i = (step - 1) % per_epoch
+        if i == 0:
+            order = torch.randperm(n, generator=gen).to(device)
+        return order[i * batch:(i + 1) * batch]
+    return rows
+
+
+def train_until(model, batch_loss, steps, lr, validate=None, marks=None, every=1, first=1, lr_scale=None,
+                clip=None, loss_every=1):
+    """Adam at `lr` (times lr_scale(step) when given) on batch_loss(step) for steps 1..`steps`, gradients clipped
+    to norm `clip` when given; stops after the first validation whose figures clear `marks` (module doc).
+
+    history: loss (every loss_every-th step's), val ([{step, figures...}]), steps (taken), stopped_early, seconds.
+    """
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    history = {"loss": [], "val": [], "steps": 0, "stopped_early": False}
+    t0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        model.train()
+        if lr_scale is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr * lr_scale(step)
+        loss = batch_loss(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        history["steps"] = step
+        if step % loss_every == 0:
+            history["loss"].append(loss.item())
+        if validate is not None and marks and step >= first and step % every == 0:
+            model.eval()
+            figures = validate()
+            history["val"].append({"step": step, **figures})
+            if cleared(figures, marks):
+                history["stopped_early"] = step < steps
+                break
+    model.eval()
+    history["seconds"] = time.perf_counter() - t0
+    return history
