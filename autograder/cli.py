@@ -202,8 +202,8 @@ def cmd_doctor(args):
 
 def add_device(parser, default):
     parser.add_argument("--device", default=default, choices=["auto", "cpu", "cuda"],
-                        help=f"where the grader's models run: auto is cuda when torch sees a GPU, else cpu "
-                             f"(default {default})")
+                        help=f"where the grader's models run; auto: course.yaml's device, and where that is auto "
+                             f"too, cuda when torch sees a GPU, else cpu (default {default})")
 
 
 def add_debug(parser):
@@ -212,7 +212,8 @@ def add_debug(parser):
                              "the failure's line names)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
+    """The `course` command's parser: a subparser per verb, each option with its help line."""
     parser = argparse.ArgumentParser(prog="course", description=__doc__)
     parser.add_argument("--course", metavar="DIR", help="the course folder (course.yaml, release/, assignments/): "
                         "default $COURSE_ROOT, else the nearest folder at or above the working folder with course.yaml")
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grade", help="grade submitted notebooks with the isolated grader")
     g.add_argument("paths", nargs="+", metavar="NOTEBOOK_OR_DIR",
                    help="notebooks, or folders searched for them (a folder's first level names the student)")
-    g.add_argument("--assignment", "-a", required=True, help="the assignment's id in course.yaml (lab14_transformers)")
+    g.add_argument("--assignment", "-a", required=True, help="the assignment's id in course.yaml, e.g. lab14_transformers")
     g.add_argument("--items", help="comma-separated items to (re)grade; default all")
     add_device(g, "auto")
     g.add_argument("--workers", type=int, default=1, help="submissions graded at once, each in a worker process "
@@ -284,8 +285,11 @@ def main(argv: list[str] | None = None) -> int:
                    "(no training): seconds instead of minutes")
     add_device(s, "auto")
     s.set_defaults(run=cmd_doctor)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.course:  # in the environment, so that batch workers and nbgrader's processes grade the same course
             os.environ["COURSE_ROOT"] = str(Path(args.course).expanduser().resolve())
