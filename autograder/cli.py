@@ -1,5 +1,5 @@
 """The `course` command: one verb per job over the shared core (grade, report, solve, sync, release, export,
-experiments, demo)."""
+experiments, demo, doctor)."""
 import argparse
 import contextlib
 import json
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from autograder.course.config import course_root, load_course, released_notebook
 from autograder.errors import ConfigError
+from autograder.reports.tables import GRADER_ERROR, not_scored
 
 
 @contextlib.contextmanager
@@ -20,7 +21,8 @@ def progress_reporter(total):
     t0 = time.time()
 
     def line(name, result, how):
-        return f"{name}: {result['score']:g}/{result['max_score']:g}" + ("" if how == "graded" else f" ({how})")
+        score = GRADER_ERROR if not_scored(result) else f"{result['score']:g}/{result['max_score']:g}"
+        return f"{name}: {score}" + ("" if how == "graded" else f" ({how})")
     if sys.stderr.isatty():
         from tqdm import tqdm
         bar = tqdm(total=total, unit="notebook", file=sys.stderr, dynamic_ncols=True)
@@ -45,7 +47,7 @@ def cmd_grade(args):
     import textwrap
 
     from autograder.batch.run import find_submissions, grade_batch
-    from autograder.reports.tables import grade_table, not_scored, reason_lines, write_csv
+    from autograder.reports.tables import grade_table, reason_lines, write_csv
     course = load_course()
     assignment = course.assignment(args.assignment)
     items = args.items.split(",") if args.items else None
@@ -55,6 +57,7 @@ def cmd_grade(args):
                           f"(known: {', '.join(assignment.items)})")
     released_notebook(args.assignment)  # a missing release is one clear error, not a grader failure per notebook
     subs = find_submissions(args.paths, args.assignment)
+    print_mnist_source(args.assignment)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a TA's kill is a Ctrl-C: keep what is done
     how = {}
     try:
@@ -86,12 +89,35 @@ def cmd_grade(args):
         Path(args.json).write_text(json.dumps(payload, indent=1))
     if args.csv:
         write_csv(args.csv, rows, shown)
-    failed = [name for name, result in rows if not_scored(result)]
-    if failed:
-        print(f"the grader failed on {len(failed)} submission(s), not scored: {', '.join(failed)} (rerun them; "
-              f"with --results-dir only these are graded again)", file=sys.stderr)
+    if report_grader_errors(rows, args.results_dir, args.debug):
+        rerun = "; with --results-dir only these are graded again" if args.results_dir else ""
+        print(f"fix the cause, then rerun the submissions not scored{rerun}", file=sys.stderr)
         return 3
     return 0
+
+
+def report_grader_errors(rows, log_folder, debug=False):
+    """The batch's grader failures, one line per cause on stderr, their tracebacks in a log file the line names
+    (and on stderr too with -v); whether there were any."""
+    from autograder.batch.run import write_error_log
+    from autograder.reports.tables import grader_error_lines
+    log = write_error_log(rows, log_folder)
+    if log is None:
+        return False
+    if debug:
+        print(log.read_text(), file=sys.stderr)
+    print("\n".join(grader_error_lines(rows, log)), file=sys.stderr)
+    return True
+
+
+def print_mnist_source(aid):
+    """Which MNIST the assignment's experiments train on, once, when they use it and it is there (a missing one
+    is the grader failure's line)."""
+    from autograder.course.mnist import describe_source
+    from autograder.grading.experiments import data_source_of
+    line = describe_source() if data_source_of(aid) else None
+    if line:
+        print(line, flush=True)
 
 
 def cmd_sync(args):
@@ -166,30 +192,50 @@ def cmd_report(args):
 
 def cmd_demo(args):
     from autograder.apps.demo import demo
-    return demo(device=args.device, workers=args.workers)
+    return demo(device=args.device, workers=args.workers, debug=args.debug)
 
 
-def main(argv: list[str] | None = None) -> int:
-    # before anything loads torch (and with it libgomp): the grader's own threads wait passively, as its sandboxes'
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+def cmd_doctor(args):
+    from autograder.apps.doctor import doctor
+    return doctor(quick=args.quick, device=args.device)
+
+
+def add_device(parser, default):
+    parser.add_argument("--device", default=default, choices=["auto", "cpu", "cuda"],
+                        help=f"where the grader's models run; auto: course.yaml's device, and where that is auto "
+                             f"too, cuda when torch sees a GPU, else cpu (default {default})")
+
+
+def add_debug(parser):
+    parser.add_argument("-v", "--debug", action="store_true",
+                        help="also print the tracebacks of grader failures (always written to the log file that "
+                             "the failure's line names)")
+
+
+def build_parser():
+    """The `course` command's parser: a subparser per verb, each option with its help line."""
     parser = argparse.ArgumentParser(prog="course", description=__doc__)
     parser.add_argument("--course", metavar="DIR", help="the course folder (course.yaml, release/, assignments/): "
                         "default $COURSE_ROOT, else the nearest folder at or above the working folder with course.yaml")
     sub = parser.add_subparsers(dest="verb", required=True)
 
     g = sub.add_parser("grade", help="grade submitted notebooks with the isolated grader")
-    g.add_argument("paths", nargs="+", metavar="NOTEBOOK_OR_DIR")
-    g.add_argument("--assignment", "-a", required=True)
+    g.add_argument("paths", nargs="+", metavar="NOTEBOOK_OR_DIR",
+                   help="notebooks, or folders searched for them (a folder's first level names the student)")
+    g.add_argument("--assignment", "-a", required=True, help="the assignment's id in course.yaml, e.g. lab14_transformers")
     g.add_argument("--items", help="comma-separated items to (re)grade; default all")
-    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    g.add_argument("--workers", type=int, default=1)
+    add_device(g, "auto")
+    g.add_argument("--workers", type=int, default=1, help="submissions graded at once, each in a worker process "
+                   "with its share of the cores (default 1)")
     g.add_argument("--json", help="write results.json (one notebook) or a JSON list (several)")
     g.add_argument("--csv", help="write one row per submission")
     g.add_argument("--results-dir", help="save each result here as it finishes; a rerun reuses a saved result only "
                    "when it is the same grading (assignment, notebook content, items, grader), and an --items run "
                    "regrades those items into the saved result")
     g.add_argument("--reasons", type=int, default=4, help="lost-point reasons shown per submission")
-    g.add_argument("--allow-unisolated", action="store_true", help="grade even where the sandbox can isolate nothing (a trusted class only)")
+    g.add_argument("--allow-unisolated", action="store_true",
+                   help="grade even where the sandbox can isolate nothing (a trusted class only)")
+    add_debug(g)
     g.set_defaults(run=cmd_grade)
 
     s = sub.add_parser("report", help="the class's view as one HTML page, from a folder of results.json files")
@@ -198,29 +244,29 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(run=cmd_report)
 
     s = sub.add_parser("sync", help="rewrite source notebooks' graded cells from solutions/ and points from course.yaml")
-    s.add_argument("ids", nargs="*")
+    s.add_argument("ids", nargs="*", metavar="ID", help="assignments to sync (default all)")
     s.set_defaults(run=cmd_sync)
 
     s = sub.add_parser("solve", help="build the instructor's solution notebooks from solutions/")
-    s.add_argument("ids", nargs="*")
+    s.add_argument("ids", nargs="*", metavar="ID", help="assignments to solve (default all)")
     s.add_argument("--out", help="output folder (default build/solved/ID)")
     s.add_argument("--execute", action="store_true", help="run the notebook top to bottom in a kernel")
     s.set_defaults(run=cmd_solve)
 
     s = sub.add_parser("release", help="regenerate release/ with nbgrader and verify nothing hidden leaked")
-    s.add_argument("ids", nargs="*")
+    s.add_argument("ids", nargs="*", metavar="ID", help="assignments to release (default all)")
     s.set_defaults(run=cmd_release)
 
     s = sub.add_parser("experiments", help="run the lectures' experiments with the reference solutions")
-    s.add_argument("ids", nargs="*")
-    s.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    s.add_argument("ids", nargs="*", metavar="ID", help="assignments whose experiments run (default all)")
+    add_device(s, "cpu")
     s.set_defaults(run=cmd_experiments)
 
     s = sub.add_parser("export", help="build a Gradescope autograder zip (Otter-Grader) for one assignment")
-    s.add_argument("target", choices=["gradescope"])
-    s.add_argument("id")
-    s.add_argument("-o", "--output", default="autograder.zip")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("target", choices=["gradescope"], help="the platform (gradescope)")
+    s.add_argument("id", metavar="ID", help="the assignment's id in course.yaml")
+    s.add_argument("-o", "--output", default="autograder.zip", help="the zip to write (default autograder.zip)")
+    add_device(s, "auto")
     s.add_argument("--check", nargs="*", metavar="SUBMISSION", default=None,
                    help="then grade these (default: the release) with the zip as Gradescope builds it: a fresh "
                         "environment from its requirements, an /autograder-like root, no CAP_SYS_ADMIN")
@@ -228,11 +274,24 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(run=cmd_export)
 
     s = sub.add_parser("demo", help="release, example submissions, grading and the grade table, end to end")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    s.add_argument("--workers", type=int, default=2)
+    add_device(s, "auto")
+    s.add_argument("--workers", type=int, default=2, help="submissions graded at once (default 2)")
+    add_debug(s)
     s.set_defaults(run=cmd_demo)
 
-    args = parser.parse_args(argv)
+    s = sub.add_parser("doctor", help="check this machine before grading: isolation, MNIST, device, cache, versions, "
+                                      "and the reference solutions graded with their experiments' margins")
+    s.add_argument("--quick", action="store_true", help="grade the reference solutions without their experiments "
+                   "(no training): seconds instead of minutes")
+    add_device(s, "auto")
+    s.set_defaults(run=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # before anything loads torch (and with it libgomp): the grader's own threads wait passively, as its sandboxes'
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    args = build_parser().parse_args(argv)
     try:
         if args.course:  # in the environment, so that batch workers and nbgrader's processes grade the same course
             os.environ["COURSE_ROOT"] = str(Path(args.course).expanduser().resolve())

@@ -7,7 +7,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import nbformat
 import pytest
 
 # pytest's own fixture for running a pytest session in the test (tests/unit/test_plugin_rules.py)
@@ -64,11 +63,9 @@ def pytest_terminal_summary(terminalreporter):
 def grade_solution(aid, folder):
     """An assignment's complete submission (release + reference bodies), graded with experiments."""
     from autograder.grading.grade import grade_notebook
-    from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+    from autograder.notebooks.examples import write_solution
     from autograder.reports.tables import experiment_lines
-    path = folder / f"{aid}.ipynb"
-    nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
-    result = grade_notebook(path, aid, device="cpu")
+    result = grade_notebook(write_solution(aid, folder), aid, device="cpu")
     print(f"\nsolution of {aid}: {result['score']}/{result['max_score']} in {result['extra_data']['seconds']} s")
     for line in experiment_lines(aid, result):
         print(f"EXPERIMENT {line}")

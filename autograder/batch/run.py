@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 
 from autograder.course.config import course_root, load_course
+from autograder.errors import setup_problem
 from autograder.grading.cache import atomic_write, libraries
 from autograder.grading.grade import grade_notebook
 from autograder.sandbox.grader_side import threads_per_worker
@@ -83,11 +85,37 @@ def _distinct(labels):
     return names
 
 
-def failed_result(aid, name, reason):
+def failed_result(aid, name, reason, cause=None, setup=False, trace=""):
     """A result for a submission the grader itself could not finish: the cause and no score (`grader_error`: the
-    table, --json and --csv show none, never a 0); not saved in --results-dir, so the next run grades it again."""
+    table, --json and --csv show none, never a 0); not saved in --results-dir, so the next run grades it again.
+
+    `cause` is the line a TA reads, the same text for every submission that failed alike, so that a batch names
+    it once (reports.tables.grader_error_lines); `setup`: it is something the machine or the course lacks
+    (errors.SetupProblem: the cause names the fix). `trace`, the traceback, goes to the batch's log
+    (write_error_log), never to the terminal unless asked for.
+    """
     return {"score": 0.0, "max_score": 0.0, "output": reason, "visibility": "visible", "tests": [],
-            "extra_data": {"assignment": aid, "notebook": name, "grader_error": True}}
+            "extra_data": {"assignment": aid, "notebook": name, "grader_error": True, "setup": setup,
+                           "cause": (cause or reason).splitlines()[0], "traceback": trace}}
+
+
+def write_error_log(rows, folder=None):
+    """The tracebacks of the batch's grader failures in one file (`folder`/grader-errors.log, else a new file in
+    the temporary folder); its path, or None when nothing failed."""
+    failed = [(name, result) for name, result in rows if result.get("extra_data", {}).get("grader_error")]
+    if not failed:
+        return None
+    text = "".join(f"=== {name}: {result['output']}\n{result['extra_data'].get('traceback') or 'no traceback'}\n"
+                   for name, result in failed)
+    if folder is not None:
+        path = Path(folder) / "grader-errors.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+    fd, path = tempfile.mkstemp(prefix="course-grader-errors-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return Path(path)
 
 
 def grader_identity(aid, device="auto"):
@@ -195,9 +223,11 @@ def _grade(name, notebook, aid, items, device, threads=None):
     try:
         return grade_notebook(notebook, aid, items=items, device=device, threads=threads)
     except Exception as e:  # a grader bug on one submission must not stop the batch
-        traceback.print_exc(file=sys.stderr)
+        problem = setup_problem(e)
         return failed_result(aid, name, f"the grader failed on this submission ({type(e).__name__}: {e}); "
-                                        f"it was not scored, rerun it")
+                                        f"it was not scored, rerun it",
+                             cause=str(problem if problem else e), setup=problem is not None,
+                             trace=traceback.format_exc())
 
 
 def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_dir=None, progress=None):

@@ -8,15 +8,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from autograder.errors import SetupProblem
+
 SETTING = "COURSE_MNIST_DIR"  # environment variable; course.yaml's data.mnist_dir is the default
 IDX_DTYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 SPLITS = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
           "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
-_announced: set[str] = set()
 Split = tuple[Any, Any]  # (images uint8 (N, 28, 28), labels (N,)) as numpy arrays
 
 
-class MnistMissing(FileNotFoundError):
+class MnistMissing(SetupProblem, FileNotFoundError):
     """No MNIST could be found: the message names the setting to fix."""
 
 
@@ -75,11 +76,18 @@ def _torchvision(root: Path) -> tuple[Split, Split] | None:
     return (train.data.numpy(), train.targets.numpy()), (test.data.numpy(), test.targets.numpy())
 
 
+def download_wanted(download: bool | None = None) -> bool:
+    """Whether torchvision's download may be tried: data.mnist_download in course.yaml, unless
+    COURSE_MNIST_DOWNLOAD=0."""
+    if download is None:
+        download = os.environ.get("COURSE_MNIST_DOWNLOAD", "1") != "0" and _download_allowed()
+    return download
+
+
 def data_source(folder: str | Path | None = None, download: bool | None = None) -> tuple[str, Path]:
     """(kind, folder): which images load_mnist uses ('idx', 'download' or 'test split'; 'missing' if none)."""
     folder = mnist_dir(folder)
-    if download is None:
-        download = os.environ.get("COURSE_MNIST_DOWNLOAD", "1") != "0" and _download_allowed()
+    download = download_wanted(download)
     have = {s for s, stems in SPLITS.items() if folder.is_dir() and all(_find(folder, st) for st in stems)}
     if have == set(SPLITS):
         return "idx", folder
@@ -100,9 +108,7 @@ def load_mnist(n_train: int = 10000, n_test: int = 2000, folder: str | Path | No
     elif kind == "test split":
         splits = _split_test_only(read_split(folder, "test"), folder)  # type: ignore[arg-type]  # found by data_source
     else:
-        raise MnistMissing(
-            f"MNIST not found: no IDX files (t10k-images-idx3-ubyte[.gz], ...) in {folder} and no download. "
-            f"Set {SETTING} (or data.mnist_dir in course.yaml) to a folder with the MNIST IDX files.")
+        raise MnistMissing(missing_message(folder, download_wanted(download)))
     (images_train, labels_train), (images_test, labels_test) = splits
     def as_x(a: Any, n: int) -> torch.Tensor:  # (n, 784) in [0, 1]
         return torch.from_numpy(np.asarray(a[:n], dtype=np.float32).reshape(len(a[:n]), 784) / 255.0)
@@ -125,12 +131,8 @@ def _torchvision_once() -> tuple[Split, Split] | None:
 
 
 def _split_test_only(test: Split, folder: Path) -> tuple[Split, Split]:
-    """Only the 10,000-image test split: its first 8,000 train, its last 2,000 test."""
+    """Only the 10,000-image test split: its first 8,000 train, its last 2,000 test (describe_source says so)."""
     images, labels = test
-    if str(folder) not in _announced:
-        _announced.add(str(folder))
-        print(f"MNIST: only the test split is in {folder}; using its first 8,000 images for training "
-              f"and its last 2,000 for testing")
     return (images[:8000], labels[:8000]), (images[-2000:], labels[-2000:])
 
 
@@ -140,3 +142,30 @@ def _download_allowed() -> bool:
         return load_course().mnist_download
     except Exception:
         return False
+
+
+def configured_by() -> str:
+    """The setting that chose the IDX folder, as a person would change it."""
+    return f"${SETTING}" if os.environ.get(SETTING) else "data.mnist_dir in course.yaml"
+
+
+def missing_message(folder: Path, download: bool) -> str:
+    """What failed, why, and the settings that fix it, in one line."""
+    tried = "the download failed (no network?)" if download else "the download is off (data.mnist_download)"
+    return (f"MNIST not found: no IDX files (t10k-images-idx3-ubyte[.gz], ...) in {folder} ({configured_by()}) "
+            f"and {tried}; set {SETTING} or data.mnist_dir in course.yaml to a folder holding them (the course's "
+            f"data/mnist has the test split)")
+
+
+def describe_source(folder: str | Path | None = None, download: bool | None = None) -> str | None:
+    """One line for a person: which MNIST grading uses, where it is, and the setting that chose it; None when
+    there is none (missing_message says why)."""
+    kind, folder = data_source(folder, download)
+    if kind == "idx":
+        return f"MNIST: both splits' IDX files in {folder} ({configured_by()})"
+    if kind == "download":
+        return "MNIST: torchvision's download of both splits (data.mnist_download in course.yaml)"
+    if kind == "test split":
+        return (f"MNIST: the 10,000-image test split in {folder} ({configured_by()}): its first 8,000 images "
+                f"train, its last 2,000 test")
+    return None

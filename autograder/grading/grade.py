@@ -43,7 +43,8 @@ def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, d
 
     Raises GraderError when the grader's own side fails (the sandbox cannot start, a suite or a harness breaks,
     the experiments' data is missing), so that no one is given a zero for it, and KeyboardInterrupt when the
-    session was interrupted.
+    session was interrupted. The GraderError is raised from what failed inside the session (errors.setup_problem
+    finds a missing MNIST or isolation there).
 
     `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
     student's process's CPU threads (set when several submissions are graded at once).
@@ -52,7 +53,7 @@ def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, d
                                limits=limits, threads=threads, log=log))
     code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
     if grading.grader_error or code == GRADER_FAILED:
-        raise GraderError(grading.grader_error or "the grading session failed")
+        raise GraderError(grading.grader_error or "the grading session failed") from grading.grader_exception
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if grading.results is None:

@@ -186,6 +186,7 @@ class Grading:
         self.notes = []         # what was repaired or failed to load: in the student's output and extra_data.notes
         self.sandbox, self.started, self.current_item = None, False, None
         self.results, self.grader_error = None, ""
+        self.grader_exception = None  # what the grader's failure was raised from, when it was an exception
         self.ta_notes = []      # the grader's warnings for the TA (extra_data.notes), never in a student's output
         self.asked_before = 0   # the sandbox's request count as the running test's call began (judge)
         self.t0 = time.monotonic()
@@ -287,6 +288,7 @@ class Grading:
             sandbox.kill()
             if e.kind == "sandbox":  # before any student code ran: the grader's failure, never a student's zero
                 self.grader_error = f"the sandbox could not be started on this machine: {e}"
+                self.grader_exception = e
                 pytest.exit(self.grader_error, returncode=GRADER_FAILED)
             self.code.error = f"the notebook's code could not be loaded: {e}"
         except StudentRaised as e:
@@ -339,6 +341,7 @@ class Grading:
             except SandboxFailure as e:
                 if e.kind == "sandbox":  # the grader's own process or harness: never the student's zero
                     self.grader_error = f"the sandbox could not be restarted: {e}"
+                    self.grader_exception = e
                     pytest.exit(self.grader_error, returncode=GRADER_FAILED)
                 state.problem = f"the notebook's code could not be reloaded: {e}"
             except StudentRaised as e:
@@ -444,6 +447,7 @@ class Grading:
 
     def fail_session(self, test, call):
         self.grader_error = f"the grader failed in {test.nodeid}: {call.excinfo.typename}: {call.excinfo.value}"
+        self.grader_exception = call.excinfo.value
         test.session.shouldstop = self.grader_error
 
     def finish_item(self, item):

@@ -37,6 +37,13 @@ def solved_sources(aid, items=None):
     return {i: item_cell(aid, i, solved=True) for i in (items or assignment.items)}
 
 
+def write_solution(aid, folder):
+    """folder/<aid>.ipynb: the release with every graded cell the reference's (the complete submission)."""
+    path = Path(folder) / f"{aid}.ipynb"
+    nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)), path)
+    return path
+
+
 def mutate(aid, item, old, new):
     """The reference cell of `item` with one piece of text changed (a planted mistake)."""
     source = item_cell(aid, item, solved=True)

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 WIDTH = 120  # the terminal table's width
+GRADER_ERROR = "grader error"  # the grade table's total for a submission the grader failed on
 TEMPLATES = Path(__file__).parent / "templates" / "report"
 
 
@@ -61,6 +62,7 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None):
 
     rows are (student, result); points maps item -> its maximum (taken from the results when not given); marks
     maps a student to a word shown after the total (how `course grade --results-dir` got it: reused, merged).
+    A submission the grader failed on reads `grader error` in place of its scores (grader_error_lines says why).
     """
     if points is None:
         points = {}
@@ -89,15 +91,21 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None):
             name = student if len(student) <= name_w - 2 else (  # a name with folders keeps its end: ~secA/alice
                 "~" + student[-(name_w - 3):] if "/" in student else student[:name_w - 3] + "~")
             by_item = summaries[student]
-            cells = "".join(f"{score_text(by_item[i][0]) if i in by_item else '-':>{col_w}}" for _, i in block)
-            total = f"{score_text(result['score'])}/{score_text(result['max_score'])}" if last else ""
+            if not_scored(result):  # nothing was scored: no '-' per item and no 0/0 that would read as a grade
+                cells, total = " " * col_w * len(block), GRADER_ERROR if last else ""
+            else:
+                cells = "".join(f"{score_text(by_item[i][0]) if i in by_item else '-':>{col_w}}" for _, i in block)
+                total = f"{score_text(result['score'])}/{score_text(result['max_score'])}" if last else ""
             mark = f"  {marks[student]}" if last and student in marks else ""
             lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}{mark}")
     return "\n".join(lines)
 
 
 def reason_lines(name, result, limit=4, width=WIDTH):
-    """The submission's reasons for lost points, each wrapped (never cut) to width under the submission's name."""
+    """The submission's reasons for lost points, each wrapped (never cut) to width under the submission's name;
+    none for a grader failure (nothing was lost: grader_error_lines names its cause once for the batch)."""
+    if not_scored(result):
+        return []
     out = []
     if result.get("output"):
         out += textwrap.wrap(f"{name}: {result['output']}", width, subsequent_indent="    ")
@@ -105,6 +113,23 @@ def reason_lines(name, result, limit=4, width=WIDTH):
     for reason in reasons + ([extra] if extra else []):
         out += textwrap.wrap(f"{name}: {reason}", width, subsequent_indent="    ", break_on_hyphens=False)
     return out
+
+
+def grader_error_lines(rows, log=None):
+    """One line per distinct cause of the batch's grader failures: the submissions it hit, what failed, why and
+    the fix, and `log`, the file holding the tracebacks."""
+    causes = {}
+    for name, result in rows:
+        if not_scored(result):
+            data = result["extra_data"]
+            cause = data.get("cause") or result["output"].splitlines()[0]
+            causes.setdefault((cause, data.get("setup")), []).append(name)
+    lines = []
+    for (cause, setup), names in causes.items():
+        hint = "" if setup else "; a failure of the grader itself: rerun, and report it with the traceback if it stays"
+        lines.append(f"{GRADER_ERROR}, {len(names)} of {len(rows)} not scored ({', '.join(names)}): {cause}{hint}"
+                     + (f" [tracebacks: {log}]" if log else ""))
+    return lines
 
 
 def write_csv(path, rows, items):

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from autograder.errors import SetupProblem
 from autograder.sandbox.accounting import (
     UID_BASE,
     UID_LEASES,
@@ -55,9 +56,19 @@ __all__ = ["Sandbox", "SandboxFailure", "StudentRaised", "Remote", "Opaque", "Se
            "to_student", "from_student", "MAX_ANSWER_BYTES", "UID_BASE", "UID_SPAN", "UID_LEASES", "processes",
            "descendants", "pids_of_uid", "resident_bytes", "memory_bytes", "OutputTap", "Zygote", "ZYGOTE",
            "SCRATCH_DIR", "STARTUP_SECONDS", "import_path", "sandbox_env", "can_isolate", "can_contain",
-           "unisolated_allowed", "threads_per_worker", "cpu_cores", "UNISOLATED"]
+           "unisolated_allowed", "threads_per_worker", "cpu_cores", "UNISOLATED", "NoIsolation"]
 
 UNISOLATED = ("process",)  # levels that isolate nothing: refused unless the TA allowed them
+
+
+class NoIsolation(SandboxFailure, SetupProblem):
+    """The machine isolates nothing and the TA did not allow that: the same for every submission."""
+
+    def __init__(self):
+        super().__init__("sandbox", "no isolation for the student's code on this machine (not root, and neither user "
+                         "namespaces nor Landlock are allowed): it could read the course and other submissions; "
+                         "grade as root, allow unprivileged user namespaces, or, for a trusted class, pass "
+                         "--allow-unisolated (limits.allow_unisolated in course.yaml)")
 
 
 def can_isolate():
@@ -154,10 +165,7 @@ class Sandbox:
         self.isolation = hello.get("isolation", "process")
         if self.isolation in UNISOLATED and not unisolated_allowed(self.limits):
             self.kill()
-            raise SandboxFailure("sandbox", "no isolation for the student's code on this machine (not root, and "
-                                 "neither user namespaces nor Landlock are allowed): it could read the course and "
-                                 "other submissions; grade as root, allow unprivileged user namespaces, or, for a "
-                                 "trusted class, pass --allow-unisolated (limits.allow_unisolated in course.yaml)")
+            raise NoIsolation()
         for module, source in self.harness_sources.items():
             try:  # before any student code runs: a harness that cannot load is the grader's failure
                 self.request("harness", STARTUP_SECONDS, module=module, source=source)
