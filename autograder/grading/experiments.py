@@ -18,7 +18,6 @@ Whose failure is it? The student's item is scored only from the student's behavi
 import builtins
 import importlib
 import inspect
-import re
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -28,7 +27,7 @@ import torch
 from autograder.course.config import load_course
 from autograder.errors import UNUSABLE, GraderError
 from autograder.grading.cache import cache_read, cache_write, experiment_key, grader_digest
-from autograder.grading.scoring import Outcome
+from autograder.grading.scoring import CELL_FRAME, Outcome
 from autograder.notebooks.cells import fingerprint
 from autograder.sandbox.grader_side import SandboxFailure, StudentRaised
 from autograder.sandbox.state import StateMismatch, assign_state
@@ -166,7 +165,7 @@ def _grader_step(exp, step, fn, *args):
                           f"raised {type(e).__name__}: {e}") from e
 
 
-STUDENT_FRAME = re.compile(r"\(cell [^()]*, line \d+\)$")  # where sandbox_child.describe says a student's frame raised
+STUDENT_FRAME = CELL_FRAME  # where sandbox_child.describe says a student's frame raised
 LIMITS = ("wrote more than", "started more than")         # the sandbox's disk and process limits biting
 
 

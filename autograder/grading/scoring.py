@@ -6,13 +6,16 @@ The rules, in the order they apply to an item:
    `oracles` lists for the name, however reached: the sandbox watches the functions themselves, see
    autograder/sandbox/child.py Tripwire), scores 0 on every check and experiment, with that one reason; its
    experiment's training calling it fails that experiment;
-3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
+3. otherwise, a stub (any check saw NotImplementedError raised in the item's own cell) scores 0 on every check,
+   with one reason; one raised in the cell of another item it calls is that item's (under `dependencies: cascade`
+   it zeroes the caller too, saying whose it is; under `independent` the caller is regraded, see regrade.py).
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
 import platform
+import re
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -21,6 +24,7 @@ import torch
 from autograder.notebooks.cells import names_used
 
 NOT_IMPLEMENTED = "NotImplementedError"
+CELL_FRAME = re.compile(r"\(cell ([^()]*), line \d+\)$")  # where sandbox child's describe() says a student's frame raised
 DISTRIBUTION = "attention-course"  # pyproject.toml's [project] name: the package's version comes from its metadata
 
 
@@ -58,7 +62,8 @@ class Outcome:
     def __init__(self, item, kind, max_score):
         self.item, self.kind, self.max_score = item, kind, float(max_score)
         self.score, self.output, self.seconds = 0.0, "", 0.0
-        self.not_implemented = False
+        self.not_implemented = False     # a check saw NotImplementedError raised in the item's own cell
+        self.not_implemented_in = ""     # ... or in another item's cell, which the item calls: that item
         self.extra = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
         self.failed = False   # one of its tests failed (a kind may have several: parametrized checks)
 
@@ -72,6 +77,16 @@ class Outcome:
             if case:
                 self.extra["case"] = case
 
+    def raised(self, item, error, items):
+        """Fold in the student's exception: a NotImplementedError raised in another item's cell (`items`) is that
+        item's, never this one's; the words that say so, or ''."""
+        cell, stub = raised_in(error), error.startswith(NOT_IMPLEMENTED)
+        if cell != item and cell in items:
+            self.not_implemented_in = self.not_implemented_in or (cell if stub else "")
+            return f"; the error is in '{cell}', which '{item}' calls (see that item)"
+        self.not_implemented |= stub
+        return ""
+
     def as_test(self) -> CheckResult:
         test = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
                 "max_score": self.max_score, "status": "passed" if self.score >= self.max_score else "failed",
@@ -79,6 +94,17 @@ class Outcome:
         if self.extra:
             test["extra_data"] = self.extra
         return test
+
+
+class ItemState:
+    """What the grading rules remember about one item while its tests run."""
+
+    def __init__(self, problem, scratch_hit, deadline):
+        self.problem = problem          # why its remaining checks are not run
+        self.scratch_hit = scratch_hit  # the oracle its cell names, for a from-scratch item
+        self.deadline = deadline        # one time limit across all its checks
+        self.oracle_calls = set()       # oracles the runtime tripwire saw it call
+        self.zeroed = None              # rules 2 and 3, once its checks are done: the reason, or ''
 
 
 def scratch_violation(spec, source):
@@ -98,14 +124,26 @@ def tripwire_table(course, assignment):
             "experiments": {e.name: e.item for e in assignment.experiments.values() if e.item in scratch}}
 
 
-def zero_reason(item, oracle_used, not_implemented):
-    """Why every check of the item scores 0 (rules 2 and 3), or ''."""
+def raised_in(message):
+    """The cell (grade_id) whose code raised, from the sandbox's description of a student's error; '' if none."""
+    match = CELL_FRAME.search(message)
+    return match.group(1) if match else ""
+
+
+def zero_reason(item, oracle_used, not_implemented, stub_called=""):
+    """Why every check of the item scores 0 (rules 2 and 3), or ''.
+
+    `stub_called`: under `dependencies: cascade`, the item whose NotImplementedError the item's checks met.
+    """
     if oracle_used:
         # a from-scratch item that calls its oracle has shown nothing of its own, whatever else passed or failed
         return (f"'{item}' uses {oracle_used}; this item is written from scratch, so the oracle it is compared "
                 f"with may not be called, however it is reached (the whole item scores 0)")
     if not_implemented:
         return f"'{item}' is not implemented yet (it raises NotImplementedError)"
+    if stub_called:
+        return (f"'{item}' calls '{stub_called}', which is not implemented yet (under `dependencies: cascade` in "
+                f"course.yaml the whole item scores 0)")
     return ""
 
 

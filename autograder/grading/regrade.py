@@ -1,0 +1,159 @@
+"""Independent grading (course.yaml `dependencies: independent`): an item that failed while an item it uses had
+failed its own checks is graded again with the reference of each such item standing in, and keeps the better result.
+
+The graph, the stand-in and why it is safe: autograder/grading/dependencies.py. Here, the plugin's side: when to
+regrade, the regrade's own sandbox, and what a kept regrade shows. A kept regrade shows its scores, never its
+messages: a failed check keeps the first run's message (about the student's own code), a passed one says "ok",
+and each carries the one-line note. What the student's code printed or raised there never reaches the student
+(it ran next to the references). Every check's and experiment's outcome records the points the swap restored
+(`extra_data.restored`, summed per item in the class report).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from autograder.grading.dependencies import STANDIN_CELL, closure, experiment_uses, note, standin_cell
+from autograder.grading.experiments import harness, harness_sources, run_experiment
+from autograder.grading.scoring import Outcome, tripwire_table
+from autograder.sandbox.grader_side import Sandbox, SandboxFailure, StudentRaised
+
+
+def is_experiment(kind):
+    return kind.startswith("experiment")
+
+
+class Regrades:
+    """The plugin's companion in a graded session: after an item's last check, its regrade when it is due."""
+
+    def __init__(self, grading):
+        self.grading = grading
+        self.checks = {}  # item -> its checks' tests left after deselection, in order (experiments not included)
+
+    def pytest_collection_finish(self, session):
+        for test in session.items:
+            mark = test.get_closest_marker("item")
+            if mark and not is_experiment(mark.args[1]):
+                self.checks.setdefault(mark.args[0], []).append(test)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        yield
+        g = self.grading
+        if not g.independent or g.grader_error or not item.get_closest_marker("item"):
+            return
+        name, kind = item.get_closest_marker("item").args
+        following = nextitem.get_closest_marker("item").args if nextitem is not None else None
+        if is_experiment(kind) or (following and following[0] == name and not is_experiment(following[1])):
+            return
+        g.finish_item(name)
+        regrade_checks(g, name, self.checks.get(name, []), nextitem)
+
+
+def experiment_waits_for(grading, exp):
+    """The items whose checks must be graded before an independent experiment runs: those it may swap."""
+    if grading.course.dependencies_for(grading.aid, exp.name) != "independent":
+        return set()
+    return experiment_uses(grading.aid, grading.assignment, exp, grading.graph, harness(grading.aid)) & set(grading.wanted)
+
+
+def checks_failed(grading, item):
+    """Whether the item's kept checks (its experiments not counted) lost points in this session."""
+    outcomes = [o for (i, k), o in grading.outcomes.items()
+                if i == item and not is_experiment(k) and (i, k) in grading.selected]
+    return any(o.score < o.max_score for o in outcomes)
+
+
+def failed_among(grading, items):
+    """The items of `items` graded in this session whose checks failed: the only ones ever swapped."""
+    return {i for i in items if i in grading.states and checks_failed(grading, i)}
+
+
+def standin_sandbox(grading, swapped):
+    """A sandbox of the student's cells with the references of `swapped` bound after them; None if it cannot load."""
+    code = copy.copy(grading.code)
+    code.cells = [*grading.code.cells, standin_cell(grading.aid, swapped, len(grading.code.cells))]
+    sandbox = Sandbox(code.cells, harness_sources(grading.aid), grading.course.limits_for(grading.aid),
+                      device=grading.device, threads=grading.settings.threads, tripwire=tripwire_table(grading.course, grading.assignment))
+    try:
+        sandbox.start()
+    except (SandboxFailure, StudentRaised) as e:
+        sandbox.kill()
+        grading.ta_notes.append(f"the regrade with the reference {sorted(swapped)} could not start: {e}")
+        return None, code
+    if STANDIN_CELL in sandbox.load_errors:  # the student's names got in the way: no regrade, nothing lost
+        sandbox.kill()
+        return None, code
+    return sandbox, code
+
+
+def total(outcomes):
+    return sum(o.score for o in outcomes.values())
+
+
+def regrade_checks(grading, item, tests, nextitem):
+    """Run the item's checks again with the references of its failed dependencies; keep the better result."""
+    state = grading.states.get(item)
+    exists = grading.outcomes.get((item, "exists"))
+    if state is None or state.zeroed or (exists is not None and exists.failed) or not checks_failed(grading, item):
+        return
+    swapped = failed_among(grading, closure(grading.graph, {item}))
+    if not swapped:
+        return
+    first = {k: o for k, o in grading.outcomes.items() if k[0] == item and not is_experiment(k[1])}
+    sandbox, _ = standin_sandbox(grading, swapped)
+    if sandbox is None:
+        return
+    main, grading.sandbox = grading.sandbox, sandbox
+    grading.states.pop(item)
+    for key, o in first.items():
+        grading.outcomes[key] = Outcome(item, key[1], o.max_score)
+    try:
+        for test, after in zip(tests, [*tests[1:], nextitem]):
+            runtestprotocol(test, log=False, nextitem=after)
+        grading.finish_item(item)
+    finally:
+        grading.sandbox = main
+        sandbox.kill()
+    again = {k: grading.outcomes[k] for k in first}
+    if grading.grader_error or total(again) <= total(first):
+        grading.outcomes.update(first)
+        grading.states[item] = state
+        return
+    line, names = note(swapped), " and ".join(f"`{n}`" for n in sorted(swapped))
+    for key, o in again.items():
+        before = first[key]
+        if o.score >= o.max_score:
+            o.output = before.output if not before.failed else "ok"
+        else:  # the first run's message: the regrade's own could carry what the student's code read there
+            o.output, o.extra = (before.output if before.failed else "", dict(before.extra))
+            o.output += ("\n" if o.output else "") + (f"it fails with the reference in place as well (that run's "
+                                                       f"details are not shown: fix {names} first to see them)")
+        o.output += "\n" + line
+        o.extra.update({"regraded_with": sorted(swapped), "restored": o.score - before.score})
+
+
+def regrade_experiment(grading, exp, outcome, why):
+    """The experiment's outcome, trained again with the references of its failed parts when it failed."""
+    independent = grading.course.dependencies_for(grading.aid, exp.name) == "independent"
+    if outcome.score >= outcome.max_score or why or not independent:
+        return outcome
+    swapped = failed_among(grading, experiment_uses(grading.aid, grading.assignment, exp, grading.graph,
+                                                    harness(grading.aid)))
+    if not swapped:
+        return outcome
+    sandbox, code = standin_sandbox(grading, swapped)
+    if sandbox is None:
+        return outcome
+    try:
+        again = run_experiment(grading.course, grading.aid, exp, code, sandbox, grading.device,
+                               notes=grading.ta_notes)
+    finally:
+        sandbox.kill()
+    if again.score <= outcome.score:
+        return outcome
+    again.output += "\n" + note(swapped)
+    again.extra.update({"regraded_with": sorted(swapped), "restored": again.score - outcome.score})
+    return again
