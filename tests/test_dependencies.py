@@ -245,6 +245,11 @@ def test_a_stub_it_calls_is_the_stubs_never_the_callers(tmp_path, monkeypatch):
     assert "with the reference in place as well" in values["output"] and note_of(SDPA) in values["output"]
     assert not any("'manual_multihead' is not implemented" in t["output"] for t in both["tests"])
 
+    # graded alone, nothing can stand in for the stub it met: 0, saying whose stub it is
+    alone = grade(tmp_path, LAB, {}, [MMH], stubs=[SDPA])
+    assert scores(alone)[MMH] == (0, 4)
+    assert all(f"'{MMH}' calls '{SDPA}', which is not implemented yet" in t["output"] for t in alone["tests"])
+
     monkeypatch.setenv("COURSE_CONFIG", str(course_file(tmp_path, "cascade")))
     cascade = grade(tmp_path, LAB, {}, [SDPA, MMH], stubs=[SDPA])
     assert scores(cascade)[MMH] == (0, 4)  # today's score, with the right reason
@@ -310,6 +315,7 @@ def test_a_cheat_that_breaks_a_helper_to_get_the_reference_gains_nothing(tmp_pat
 
 @pytest.mark.grading
 @pytest.mark.experiment
+@pytest.mark.slow
 def test_an_experiment_trains_with_the_reference_of_a_part_that_failed_its_checks(tmp_path, monkeypatch):
     """EncoderBlock left as the stub: the classifier's checks and its memory-task training are graded with the
     reference block; the student's classifier is what trains."""

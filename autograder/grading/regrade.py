@@ -17,7 +17,7 @@ from _pytest.runner import runtestprotocol
 
 from autograder.grading.dependencies import STANDIN_CELL, closure, experiment_uses, note, standin_cell
 from autograder.grading.experiments import harness, harness_sources, run_experiment
-from autograder.grading.scoring import Outcome, tripwire_table
+from autograder.grading.scoring import Outcome, tripwire_table, zero_reason
 from autograder.sandbox.grader_side import Sandbox, SandboxFailure, StudentRaised
 
 
@@ -76,7 +76,8 @@ def standin_sandbox(grading, swapped):
     code = copy.copy(grading.code)
     code.cells = [*grading.code.cells, standin_cell(grading.aid, swapped, len(grading.code.cells))]
     sandbox = Sandbox(code.cells, harness_sources(grading.aid), grading.course.limits_for(grading.aid),
-                      device=grading.device, threads=grading.settings.threads, tripwire=tripwire_table(grading.course, grading.assignment))
+                      device=grading.device, threads=grading.settings.threads,
+                      tripwire=tripwire_table(grading.course, grading.assignment))
     try:
         sandbox.start()
     except (SandboxFailure, StudentRaised) as e:
@@ -93,18 +94,32 @@ def total(outcomes):
     return sum(o.score for o in outcomes.values())
 
 
+def zero(grading, item, outcomes, state, reason):
+    """The whole item scores 0 for `reason` (scoring.py's rules 2 and 3), whichever run it comes from."""
+    for o in outcomes.values():
+        o.score, o.output = 0.0, reason
+    grading.outcomes.update(outcomes)
+    state.zeroed = reason
+    grading.states[item] = state
+
+
 def regrade_checks(grading, item, tests, nextitem):
-    """Run the item's checks again with the references of its failed dependencies; keep the better result."""
+    """Run the item's checks again with the references of its failed dependencies; keep the better result.
+
+    A stub is a stub whoever's code raised first: an item whose checks met only another item's NotImplementedError
+    scores 0 (that item's reason) when no regrade could run, and 0 (its own) when the regrade met its own.
+    """
     state = grading.states.get(item)
-    exists = grading.outcomes.get((item, "exists"))
-    if state is None or state.zeroed or (exists is not None and exists.failed) or not checks_failed(grading, item):
-        return
-    swapped = failed_among(grading, closure(grading.graph, {item}))
-    if not swapped:
+    if state is None or state.zeroed or not checks_failed(grading, item):
         return
     first = {k: o for k, o in grading.outcomes.items() if k[0] == item and not is_experiment(k[1])}
-    sandbox, _ = standin_sandbox(grading, swapped)
+    exists = first.get((item, "exists"))
+    swapped = failed_among(grading, closure(grading.graph, {item}))
+    sandbox = standin_sandbox(grading, swapped)[0] if swapped and not (exists and exists.failed) else None
     if sandbox is None:
+        stub = next((o.not_implemented_in for o in first.values() if o.not_implemented_in), "")
+        if stub:
+            zero(grading, item, first, state, zero_reason(item, "", False, stub))
         return
     main, grading.sandbox = grading.sandbox, sandbox
     grading.states.pop(item)
@@ -118,6 +133,9 @@ def regrade_checks(grading, item, tests, nextitem):
         grading.sandbox = main
         sandbox.kill()
     again = {k: grading.outcomes[k] for k in first}
+    if grading.states[item].zeroed:  # its own stub or oracle showed once its dependency answered: 0 as rules say
+        zero(grading, item, first, grading.states[item], grading.states[item].zeroed)
+        return
     if grading.grader_error or total(again) <= total(first):
         grading.outcomes.update(first)
         grading.states[item] = state

@@ -7,8 +7,8 @@ The rules, in the order they apply to an item:
    autograder/sandbox/child.py Tripwire), scores 0 on every check and experiment, with that one reason; its
    experiment's training calling it fails that experiment;
 3. otherwise, a stub (any check saw NotImplementedError raised in the item's own cell) scores 0 on every check,
-   with one reason; one raised in the cell of another item it calls is that item's (under `dependencies: cascade`
-   it zeroes the caller too, saying whose it is; under `independent` the caller is regraded, see regrade.py).
+   with one reason; one raised in the cell of another item it calls is that item's: the caller is regraded with
+   that item's reference under `dependencies: independent` (regrade.py), else it scores 0 saying whose stub it met.
 """
 from __future__ import annotations
 
@@ -133,7 +133,8 @@ def raised_in(message):
 def zero_reason(item, oracle_used, not_implemented, stub_called=""):
     """Why every check of the item scores 0 (rules 2 and 3), or ''.
 
-    `stub_called`: under `dependencies: cascade`, the item whose NotImplementedError the item's checks met.
+    `stub_called`: the other item whose NotImplementedError the item's checks met, when no regrade with its
+    reference could run (autograder/grading/regrade.py; always, under `dependencies: cascade`).
     """
     if oracle_used:
         # a from-scratch item that calls its oracle has shown nothing of its own, whatever else passed or failed
@@ -142,8 +143,8 @@ def zero_reason(item, oracle_used, not_implemented, stub_called=""):
     if not_implemented:
         return f"'{item}' is not implemented yet (it raises NotImplementedError)"
     if stub_called:
-        return (f"'{item}' calls '{stub_called}', which is not implemented yet (under `dependencies: cascade` in "
-                f"course.yaml the whole item scores 0)")
+        return (f"'{item}' calls '{stub_called}', which is not implemented yet, so '{item}' could not be checked "
+                f"(the whole item scores 0)")
     return ""
 
 
