@@ -326,3 +326,22 @@ def test_an_experiment_trains_with_the_reference_of_a_part_that_failed_its_check
     assert got["EncoderBlock"][0] == 0 and got["TransformerClassifier"] == (7, 7), json.dumps(result["tests"])
     exp = next(t for t in result["tests"] if t["name"] == "TransformerClassifier: experiment memory_task")
     assert note_of("EncoderBlock") in exp["output"] and exp["extra_data"]["restored"] == 4
+
+
+@pytest.mark.grading
+def test_a_dependency_graded_in_an_earlier_session_of_the_budget_still_has_its_reference_stand_in(tmp_path):
+    """Gradescope's path grades in several sessions when the worst cases do not fit one (grade_within_budget): the
+    manual_multihead of a notebook whose attention lacks its scale is graded in a second session, and regraded."""
+    from autograder.integrations.otter_plugin import grade_within_budget, load_seconds, worst_seconds
+    limits = {"item_seconds": 100}
+    nb = with_cells(release_notebook(LAB), {**solved_sources(LAB), SDPA: variant_source(
+        LAB, SDPA, planted(LAB)[SDPA]["wrong"]["no_sqrt_scale"])})
+    path = tmp_path / f"{LAB}.ipynb"
+    nbformat.write(nb, path)
+    assert worst_seconds(COURSE, LAB, SDPA, limits, experiments=False) == 100
+    budget = load_seconds(COURSE, LAB, limits) + 199  # the first session fits attention only
+    result = grade_within_budget(path, LAB, budget, device="cpu", limits=limits, experiments=False)
+    assert result["extra_data"]["sessions"] >= 2
+    got = scores(result)
+    assert got[SDPA] == (2, 5) and got[MMH] == (4, 4), json.dumps(result["tests"])
+    assert all(note_of(SDPA) in t["output"] for t in result["tests"] if t["item"] == MMH)

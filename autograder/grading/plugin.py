@@ -81,6 +81,8 @@ class Settings:
     threads: Optional[int] = None        # the sandbox's CPU threads, when several submissions share the cores
     log: Optional[Callable] = None       # called with each item's name as its first test starts
     results_json: Optional[Path] = None  # where to write results.json
+    failed_elsewhere: frozenset = frozenset()  # grade_within_budget: items failed in its earlier sessions
+    budget_end: Optional[float] = None         # ... and its time.monotonic() end (a regrade uses only the slack)
 
 
 # --- command line, markers and fixtures ----------------------------------------------------------
@@ -187,7 +189,8 @@ class Grading:
     def pytest_configure(self, config):
         """Where the fixtures and generated tests find this session (grading_of)."""
         config.stash[GRADING] = self
-        config.pluginmanager.register(Regrades(self), "course-regrades")
+        self.regrades = Regrades(self)
+        config.pluginmanager.register(self.regrades, "course-regrades")
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
 

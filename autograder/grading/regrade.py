@@ -11,6 +11,7 @@ and each carries the one-line note. What the student's code printed or raised th
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 from _pytest.runner import runtestprotocol
@@ -31,8 +32,10 @@ class Regrades:
     def __init__(self, grading):
         self.grading = grading
         self.checks = {}  # item -> its checks' tests left after deselection, in order (experiments not included)
+        self.order, self.current = [], None  # the session's tests, and the one running
 
     def pytest_collection_finish(self, session):
+        self.order = list(session.items)
         for test in session.items:
             mark = test.get_closest_marker("item")
             if mark and not is_experiment(mark.args[1]):
@@ -40,6 +43,7 @@ class Regrades:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        self.current = item
         yield
         g = self.grading
         if not g.independent or g.grader_error or not item.get_closest_marker("item"):
@@ -50,6 +54,35 @@ class Regrades:
             return
         g.finish_item(name)
         regrade_checks(g, name, self.checks.get(name, []), nextitem)
+
+
+    def fits(self, cost, what):
+        """Whether `cost` more seconds leave the tests after the running one their worst case within the session's
+        time budget (Settings.budget_end); if not, the TA is told that `what` was not regraded."""
+        g = self.grading
+        if g.settings.budget_end is None:
+            return True
+        rest = self.order[self.order.index(self.current) + 1:] if self.current in self.order else []
+        marks = [t.get_closest_marker("item").args for t in rest if t.get_closest_marker("item")]
+        need = cost + sum(g.course.limits_for(g.aid, i).item_seconds for i in dict.fromkeys(
+            i for i, k in marks if not is_experiment(k)))
+        need += sum(experiment_seconds(g, g.assignment.experiments[k.split(" ", 1)[1]])
+                    for _, k in marks if is_experiment(k))
+        if time.monotonic() + need <= g.settings.budget_end:
+            return True
+        g.ta_notes.append(f"{what} was not regraded with the references of its failed dependencies: it would not "
+                          f"fit the time budget")
+        return False
+
+
+def load_seconds(grading):
+    """The longest a regrade's sandbox may take to load the notebook (Sandbox._load_cells's limit)."""
+    return grading.course.limits.setup_seconds * max(1, (len(grading.code.cells) + 1) // 4 + 1)
+
+
+def experiment_seconds(grading, exp):
+    """The longest one experiment may train: every seed at its limit."""
+    return grading.course.limits_for(grading.aid, exp.item).experiment_seconds * len(exp.seeds)
 
 
 def experiment_waits_for(grading, exp):
@@ -67,8 +100,10 @@ def checks_failed(grading, item):
 
 
 def failed_among(grading, items):
-    """The items of `items` graded in this session whose checks failed: the only ones ever swapped."""
-    return {i for i in items if i in grading.states and checks_failed(grading, i)}
+    """The items of `items` whose checks failed, in this session or an earlier one of the same submission (in a
+    time budget): the only ones ever swapped."""
+    return {i for i in items if (i in grading.states and checks_failed(grading, i))
+            or (i not in grading.wanted and i in grading.settings.failed_elsewhere)}
 
 
 def standin_sandbox(grading, swapped):
@@ -115,7 +150,9 @@ def regrade_checks(grading, item, tests, nextitem):
     first = {k: o for k, o in grading.outcomes.items() if k[0] == item and not is_experiment(k[1])}
     exists = first.get((item, "exists"))
     swapped = failed_among(grading, closure(grading.graph, {item}))
-    sandbox = standin_sandbox(grading, swapped)[0] if swapped and not (exists and exists.failed) else None
+    due = swapped and not (exists and exists.failed) and grading.regrades.fits(
+        grading.course.limits_for(grading.aid, item).item_seconds + load_seconds(grading), f"'{item}'")
+    sandbox = standin_sandbox(grading, swapped)[0] if due else None
     if sandbox is None:
         stub = next((o.not_implemented_in for o in first.values() if o.not_implemented_in), "")
         if stub:
@@ -160,7 +197,8 @@ def regrade_experiment(grading, exp, outcome, why):
         return outcome
     swapped = failed_among(grading, experiment_uses(grading.aid, grading.assignment, exp, grading.graph,
                                                     harness(grading.aid)))
-    if not swapped:
+    if not swapped or not grading.regrades.fits(load_seconds(grading) + experiment_seconds(grading, exp),
+                                                f"experiment {exp.name}"):
         return outcome
     sandbox, code = standin_sandbox(grading, swapped)
     if sandbox is None:
