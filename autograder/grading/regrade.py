@@ -55,7 +55,6 @@ class Regrades:
         g.finish_item(name)
         regrade_checks(g, name, self.checks.get(name, []), nextitem)
 
-
     def fits(self, cost, what):
         """Whether `cost` more seconds leave the tests after the running one their worst case within the session's
         time budget (Settings.budget_end); if not, the TA is told that `what` was not regraded."""
@@ -89,7 +88,8 @@ def experiment_waits_for(grading, exp):
     """The items whose checks must be graded before an independent experiment runs: those it may swap."""
     if grading.course.dependencies_for(grading.aid, exp.name) != "independent":
         return set()
-    return experiment_uses(grading.aid, grading.assignment, exp, grading.graph, harness(grading.aid)) & set(grading.wanted)
+    swappable = experiment_uses(grading.aid, grading.assignment, exp, grading.graph, harness(grading.aid))
+    return swappable & set(grading.wanted)
 
 
 def checks_failed(grading, item):
@@ -210,6 +210,8 @@ def regrade_experiment(grading, exp, outcome, why):
         sandbox.kill()
     if again.score <= outcome.score:
         return outcome
-    again.output += "\n" + note(swapped)
+    # the verdict and the passing seed's figures (measured here): an earlier seed's error is the student's text
+    lines = again.output.splitlines()
+    again.output = "\n".join([lines[0], lines[-1], note(swapped)])
     again.extra.update({"regraded_with": sorted(swapped), "restored": again.score - outcome.score})
     return again
