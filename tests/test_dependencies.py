@@ -345,3 +345,10 @@ def test_a_dependency_graded_in_an_earlier_session_of_the_budget_still_has_its_r
     got = scores(result)
     assert got[SDPA] == (2, 5) and got[MMH] == (4, 4), json.dumps(result["tests"])
     assert all(note_of(SDPA) in t["output"] for t in result["tests"] if t["item"] == MMH)
+
+
+def test_the_note_names_the_reference_in_one_line():
+    from autograder.grading.dependencies import note
+    assert note({"scaled_dot_product_attention"}) == note_of("scaled_dot_product_attention")
+    assert note({"b", "a"}) == ("graded with the reference `a` and `b`, since yours failed their checks "
+                                "(see those items)")
