@@ -33,6 +33,7 @@ class Regrades:
         self.grading = grading
         self.checks = {}  # item -> its checks' tests left after deselection, in order (experiments not included)
         self.order, self.current = [], None  # the session's tests, and the one running
+        self.kept = {}  # item or experiment -> the items whose references stood in for the result it kept
 
     def pytest_collection_finish(self, session):
         self.order = list(session.items)
@@ -54,6 +55,12 @@ class Regrades:
             return
         g.finish_item(name)
         regrade_checks(g, name, self.checks.get(name, []), nextitem)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        """The TA's terminal (`pytest ... --submission`) reports each test's first run: say what a regrade kept."""
+        for what, swapped in self.kept.items() if self.grading.results is not None else []:
+            terminalreporter.write_line(f"{what}: {note(swapped)}; the failures reported above for it are its first "
+                                        f"run's (results.json has the scores kept)")
 
     def fits(self, cost, what):
         """Whether `cost` more seconds leave the tests after the running one their worst case within the session's
@@ -188,6 +195,7 @@ def regrade_checks(grading, item, tests, nextitem):
                                                        f"details are not shown: fix {names} first to see them)")
         o.output += "\n" + line
         o.extra.update({"regraded_with": sorted(swapped), "restored": o.score - before.score})
+    grading.regrades.kept[item] = swapped
 
 
 def regrade_experiment(grading, exp, outcome, why):
@@ -214,4 +222,5 @@ def regrade_experiment(grading, exp, outcome, why):
     lines = again.output.splitlines()
     again.output = "\n".join([lines[0], lines[-1], note(swapped)])
     again.extra.update({"regraded_with": sorted(swapped), "restored": again.score - outcome.score})
+    grading.regrades.kept[f"experiment {exp.name}"] = swapped
     return again
