@@ -209,3 +209,21 @@ def test_a_long_name_with_folders_keeps_its_end_in_the_table():
     shown = [line.split()[0] for line in lines[dashes + 1:]]
     assert len(shown) == 2 and shown[0].endswith("-name/alice") and shown[1].endswith("-name/bob"), shown
     assert all(name.startswith("~") and len(name) <= 24 for name in shown), shown
+
+
+def test_class_report_shows_the_points_the_reference_restored_per_item(tmp_path):
+    """course.yaml `dependencies: independent`: each regraded check records what the swap restored."""
+    lab = "lab14_transformers"
+    for name, restored in (("alice", {"values": 2.0, "shapes": 0.0}), ("bob", {"values": 2.0, "shapes": 1.0}),
+                           ("carol", {})):
+        found = result(aid=lab)
+        for t in found["tests"]:
+            kind = t["name"].split(": ")[1]
+            if t["item"] == "manual_multihead" and kind in restored:
+                t["extra_data"] = {"regraded_with": ["scaled_dot_product_attention"], "restored": restored[kind]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(found))
+    page = class_report(tmp_path)
+    row = page[page.index("<code>manual_multihead</code>"):].split("</tr>")[0]
+    assert "<td>5 (2)</td>" in row, row  # 5 points over the two submissions regraded
+    other = page[page.index("<code>EncoderBlock</code>"):].split("</tr>")[0]
+    assert "&ndash;" in other

@@ -75,10 +75,15 @@ class Bound(Strict):
                                         self.max is not None and f"<= {self.max:g}") if s)
 
 
+Dependencies = Literal["independent", "cascade"]  # a mistake costs points once, or in every item built on it
+
+
 class Item(Strict):
     signature: str
     methods: dict[str, str] = {}
     from_scratch: list[str] = []
+    # items its checks hand the student's code of beyond those its reference code calls (grading/dependencies.py)
+    checked_with: list[str] = []
     points: dict[Literal["exists", "shapes", "values", "gradients", "properties"], float]
     limits: LimitOverrides = LimitOverrides()
 
@@ -99,6 +104,7 @@ class Experiment(Strict):
     lecture: dict[str, float] = {}
     steps: int = Field(gt=0)
     seeds: list[int] = Field(min_length=1)
+    dependencies: Optional[Dependencies] = None  # None: the assignment's
     name: str = ""
 
     @property
@@ -128,10 +134,16 @@ class Assignment(Strict):
     notebook: str
     items: dict[str, Item]
     experiments: dict[str, Experiment] = {}
+    dependencies: Optional[Dependencies] = None  # None: the course's
     id: str = ""
 
     @model_validator(mode="after")
     def experiments_name_items(self) -> "Assignment":
+        for item, spec in self.items.items():
+            unknown = [n for n in spec.checked_with if n not in self.items or n == item]
+            if unknown:
+                raise ValueError(f"items.{item}.checked_with: {', '.join(map(repr, unknown))} is not another item "
+                                 f"of this assignment")
         for name, exp in self.experiments.items():
             exp.name = name
             if exp.item is not None and exp.item not in self.items:
@@ -191,6 +203,7 @@ class Course(Strict):
     data: Data
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int
+    dependencies: Dependencies = "independent"  # an assignment or an experiment may say otherwise
     limits: Limits = Limits()
     gradescope: Gradescope = Gradescope()
     # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)
@@ -235,6 +248,12 @@ class Course(Strict):
         if aid not in self.assignments:
             raise ConfigError(f"{self.path}: no assignment '{aid}' (known: {', '.join(self.assignments)})")
         return self.assignments[aid]
+
+    def dependencies_for(self, aid: str, experiment: str | None = None) -> str:
+        """'independent' or 'cascade': the experiment's own choice, else its assignment's, else the course's."""
+        a = self.assignment(aid)
+        own = a.experiments[experiment].dependencies if experiment is not None else None
+        return own or a.dependencies or self.dependencies
 
     def limits_for(self, aid: str, item: str | None = None) -> Limits:
         """The course-wide limits with the item's overrides applied."""

@@ -22,7 +22,6 @@ import hashlib
 import importlib
 import inspect
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from autograder.grading.cache import (
     experiment_key,
     libraries,
 )
-from autograder.grading.scoring import Outcome
+from autograder.grading.scoring import CELL_FRAME, Outcome
 from autograder.notebooks.cells import fingerprint
 from autograder.sandbox.grader_side import SandboxFailure, StudentRaised
 from autograder.sandbox.state import StateMismatch, assign_state
@@ -228,7 +227,7 @@ def _grader_step(exp, step, fn, *args):
                           f"raised {type(e).__name__}: {e}") from e
 
 
-STUDENT_FRAME = re.compile(r"\(cell [^()]*, line \d+\)$")  # where child/server.py describe puts a student's frame
+STUDENT_FRAME = CELL_FRAME  # where child/server.py's describe puts a student's frame
 LIMITS = ("wrote more than", "started more than")         # the sandbox's disk and process limits biting
 
 

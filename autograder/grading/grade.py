@@ -7,7 +7,7 @@ run their sessions in worker processes (autograder/batch/run.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -37,8 +37,10 @@ class NativeTracebacks:
         config.option.tbstyle = "native"
 
 
-def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, device: str = "auto", log: Callable[[str], object] | None = None,
-                   experiments: bool = True, limits: dict | None = None, threads: int | None = None) -> Results:
+def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, device: str = "auto",
+                   log: Callable[[str], object] | None = None, experiments: bool = True, limits: dict | None = None,
+                   threads: int | None = None, failed_elsewhere: Iterable[str] = frozenset(),
+                   budget_end: float | None = None) -> Results:
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
     Raises GraderError when the grader's own side fails (the sandbox cannot start, a suite or a harness breaks,
@@ -47,10 +49,12 @@ def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, d
     finds a missing MNIST or isolation there).
 
     `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
-    student's process's CPU threads (set when several submissions are graded at once).
+    student's process's CPU threads (set when several submissions are graded at once). `failed_elsewhere` and
+    `budget_end`: for a submission graded in several sessions within a time budget (plugin.Settings).
     """
     grading = Grading(Settings(submission=Path(path), assignment=aid, device=device, items=items, experiments=experiments,
-                               limits=limits, threads=threads, log=log))
+                               limits=limits, threads=threads, log=log, failed_elsewhere=frozenset(failed_elsewhere),
+                               budget_end=budget_end))
     code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
     if grading.grader_error or code == GRADER_FAILED:
         raise GraderError(grading.grader_error or "the grading session failed") from grading.grader_exception

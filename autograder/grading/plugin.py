@@ -5,7 +5,8 @@ it scores, `@pytest.mark.item("scaled_dot_product_attention", "values")`, taking
 `student` (the submission's code, in its sandbox), `rng` (the check's seeded generator), `device` and `ref`
 (the reference solution). Points stay in course.yaml. The plugin adds the generic `exists` check and the
 lecture's experiments as tests of their own, runs each item's tests in course.yaml's order (CHECK_ORDER within
-an item), applies the grading rules of autograder/grading/scoring.py and writes results.json.
+an item), applies the grading rules of autograder/grading/scoring.py, regrades an item whose failed dependency
+failed it (course.yaml `dependencies`, autograder/grading/regrade.py) and writes results.json.
 
 A suite imports from this module and autograder.grading.checks only. PYTEST_DONT_REWRITE
 """
@@ -24,9 +25,11 @@ from autograder.course.config import CHECK_ORDER, load_course, released_notebook
 from autograder.errors import UNUSABLE, ConfigError, GraderError
 from autograder.grading.cache import atomic_write
 from autograder.grading.checks import Fail, check_signature
+from autograder.grading.dependencies import uses
 from autograder.grading.experiments import harness_sources, reference_parts, resolve_device, run_experiment
+from autograder.grading.regrade import Regrades, experiment_waits_for, regrade_experiment
 from autograder.grading.scoring import (
-    NOT_IMPLEMENTED,
+    ItemState,
     Outcome,
     results_json,
     scratch_violation,
@@ -78,6 +81,8 @@ class Settings:
     threads: Optional[int] = None        # the sandbox's CPU threads, when several submissions share the cores
     log: Optional[Callable] = None       # called with each item's name as its first test starts
     results_json: Optional[Path] = None  # where to write results.json
+    failed_elsewhere: frozenset = frozenset()  # grade_within_budget: items failed in its earlier sessions
+    budget_end: Optional[float] = None         # ... and its time.monotonic() end (a regrade uses only the slack)
 
 
 # --- command line, markers and fixtures ----------------------------------------------------------
@@ -157,17 +162,6 @@ class GeneratedCheck(pytest.Item):
         return self.path, None, self.name
 
 
-class ItemState:
-    """What the grading rules remember about one item while its tests run."""
-
-    def __init__(self, problem, scratch_hit, deadline):
-        self.problem = problem          # why its remaining checks are not run
-        self.scratch_hit = scratch_hit  # the oracle its cell names, for a from-scratch item
-        self.deadline = deadline        # one time limit across all its checks
-        self.oracle_calls = set()       # oracles the runtime tripwire saw it call
-        self.zeroed = None              # rules 2 and 3, once its checks are done: the reason, or ''
-
-
 # --- one graded session ----------------------------------------------------------------------------
 
 class Grading:
@@ -188,6 +182,7 @@ class Grading:
         self.results, self.grader_error = None, ""
         self.grader_exception = None  # what the grader's failure was raised from, when it was an exception
         self.ta_notes = []      # the grader's warnings for the TA (extra_data.notes), never in a student's output
+        self.independent, self.graph = False, {}  # course.yaml `dependencies`; item -> the graded items it uses
         self.asked_before = 0   # the sandbox's request count as the running test's call began (judge)
         self.t0 = time.monotonic()
 
@@ -195,6 +190,8 @@ class Grading:
     def pytest_configure(self, config):
         """Where the fixtures and generated tests find this session (grading_of)."""
         config.stash[GRADING] = self
+        self.regrades = Regrades(self)
+        config.pluginmanager.register(self.regrades, "course-regrades")
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
 
@@ -218,7 +215,7 @@ class Grading:
                                         f"{self.aid} (exists is the plugin's own check)")
             t.extra_keyword_matches.add(item)
             by_check.setdefault((item, kind), []).append(t)
-        parent, ordered = marked[0].parent, []
+        parent, ordered, waiting, graded = marked[0].parent, [], [], set()
         for item in self.wanted:
             spec = self.assignment.items[item]
             for kind in (k for k in CHECK_ORDER if k in spec.points):
@@ -227,9 +224,12 @@ class Grading:
                 self.outcomes[(item, kind)] = Outcome(item, kind, spec.points[kind])
             for exp in self.assignment.experiments_of(item) if self.settings.experiments else []:
                 kind = f"experiment {exp.name}"
-                ordered.append(GeneratedCheck.from_parent(parent, name=f"experiment[{exp.name}]", course_item=item,
-                                                          course_kind=kind, experiment=exp))
+                waiting.append((experiment_waits_for(self, exp), GeneratedCheck.from_parent(
+                    parent, name=f"experiment[{exp.name}]", course_item=item, course_kind=kind, experiment=exp)))
                 self.outcomes[(item, kind)] = Outcome(item, kind, exp.points)
+            graded.add(item)
+            ordered += [t for waits, t in waiting if waits <= graded]
+            waiting = [(waits, t) for waits, t in waiting if not waits <= graded]
         dropped = [t for t in marked if check_of(t)[0] not in self.wanted]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -254,6 +254,8 @@ class Grading:
         except (ConfigError, RuntimeError) as e:
             raise pytest.UsageError(str(e)) from None
         self.course = course
+        self.independent = course.dependencies_for(self.aid) == "independent"
+        self.graph = uses(self.aid, self.assignment)
         self.wanted = [i for i in self.assignment.items if s.items is None or i in s.items]
         self.code = load_student_code(s.submission, list(self.assignment.items))
         try:  # the released setup cells replace the submission's: without them a student's edits would be graded
@@ -358,10 +360,10 @@ class Grading:
             exists = self.outcomes.get((item, "exists"))
             state = self.states[item]
             ready = not state.zeroed and (exists.score > 0 if (item, "exists") in self.selected else not state.problem)
+            why = state.zeroed or ("" if ready else f"not run: '{item}' must exist and be implemented first")
             outcome = run_experiment(self.course, self.aid, test.experiment, self.code, self.sandbox, self.device,
-                                     why=state.zeroed or ("" if ready else
-                                                          f"not run: '{item}' must exist and be implemented first"),
-                                     notes=self.ta_notes)
+                                     why=why, notes=self.ta_notes)
+            outcome = regrade_experiment(self, test.experiment, outcome, why)
             self.outcomes[(item, kind)] = outcome
             if outcome.score < outcome.max_score:
                 raise Fail(outcome.output)
@@ -420,8 +422,7 @@ class Grading:
             if kind == "exists":
                 state.problem = f"'{name}' does not match the spec: {e}"
         elif isinstance(e, StudentRaised):
-            outcome.not_implemented |= str(e).startswith(NOT_IMPLEMENTED)
-            output = f"'{name}' raised {e}{on_case}"
+            output = f"'{name}' raised {e}{on_case}" + outcome.raised(name, str(e), self.assignment.items)
         elif isinstance(e, SandboxFailure) and e.kind != "sandbox":  # "sandbox": the grader's own process failed
             output = f"'{name}' {e}{on_case}"
             if e.kind == "timeout":
@@ -456,8 +457,11 @@ class Grading:
         if state is None or state.zeroed is not None:
             return
         checks = [o for (i, k), o in self.outcomes.items() if i == item and not k.startswith("experiment")]
+        # under cascade, a stub it calls zeroes it as today (an independent item is regraded instead)
+        stub_called = "" if self.independent else next((o.not_implemented_in for o in checks
+                                                          if o.not_implemented_in), "")
         state.zeroed = zero_reason(item, state.scratch_hit or min(state.oracle_calls, default=""),
-                                   any(o.not_implemented for o in checks))
+                                   any(o.not_implemented for o in checks), stub_called)
         for o in checks if state.zeroed else []:
             o.score, o.output = 0.0, state.zeroed
 

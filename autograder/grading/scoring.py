@@ -6,13 +6,17 @@ The rules, in the order they apply to an item:
    `oracles` lists for the name, however reached: the sandbox watches the functions themselves, see
    autograder/sandbox/child/tripwire.py), scores 0 on every check and experiment, with that one reason; its
    experiment's training calling it fails that experiment;
-3. otherwise, a stub (any check saw NotImplementedError) scores 0 on every check, with one reason.
+3. otherwise, a stub (any check saw NotImplementedError raised in the item's own cell) scores 0 on every check,
+   with one reason; one raised in the cell of another item it calls is that item's: the caller is regraded with
+   that item's reference under `dependencies: independent` (regrade.py), else it scores 0 saying whose stub it met.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
 import platform
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from autograder.course.config import Assignment, Course, Item
 
 NOT_IMPLEMENTED = "NotImplementedError"
+CELL_FRAME = re.compile(r"\(cell ([^()]*), line \d+\)$")  # where sandbox child's describe() says a student's frame raised
 DISTRIBUTION = "attention-course"  # pyproject.toml's [project] name: the package's version comes from its metadata
 
 
@@ -61,7 +66,8 @@ class Outcome:
     def __init__(self, item: str, kind: str, max_score: float) -> None:
         self.item, self.kind, self.max_score = item, kind, float(max_score)
         self.score, self.output, self.seconds = 0.0, "", 0.0
-        self.not_implemented = False
+        self.not_implemented = False     # a check saw NotImplementedError raised in the item's own cell
+        self.not_implemented_in = ""     # ... or in another item's cell, which the item calls: that item
         self.extra: dict[str, Any] = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
         self.failed = False   # one of its tests failed (a kind may have several: parametrized checks)
 
@@ -75,6 +81,16 @@ class Outcome:
             if case:
                 self.extra["case"] = case
 
+    def raised(self, item: str, error: str, items: Iterable[str]) -> str:
+        """Fold in the student's exception: a NotImplementedError raised in another item's cell (`items`) is that
+        item's, never this one's; the words that say so, or ''."""
+        cell, stub = raised_in(error), error.startswith(NOT_IMPLEMENTED)
+        if cell != item and cell in items:
+            self.not_implemented_in = self.not_implemented_in or (cell if stub else "")
+            return f"; the error is in '{cell}', which '{item}' calls (see that item)"
+        self.not_implemented |= stub
+        return ""
+
     def as_test(self) -> CheckResult:
         test: CheckResult = {"item": self.item, "name": f"{self.item}: {self.kind}", "score": self.score,
                 "max_score": self.max_score, "status": "passed" if self.score >= self.max_score else "failed",
@@ -82,6 +98,17 @@ class Outcome:
         if self.extra:
             test["extra_data"] = self.extra
         return test
+
+
+class ItemState:
+    """What the grading rules remember about one item while its tests run."""
+
+    def __init__(self, problem: str, scratch_hit: str, deadline: float) -> None:
+        self.problem = problem          # why its remaining checks are not run
+        self.scratch_hit = scratch_hit  # the oracle its cell names, for a from-scratch item
+        self.deadline = deadline        # one time limit across all its checks
+        self.oracle_calls: set[str] = set()       # oracles the runtime tripwire saw it call
+        self.zeroed: str | None = None              # rules 2 and 3, once its checks are done: the reason, or ''
 
 
 def scratch_violation(spec: Item, source: str | None) -> str:
@@ -101,14 +128,27 @@ def tripwire_table(course: Course, assignment: Assignment) -> dict[str, dict[str
             "experiments": {e.name: e.item for e in assignment.experiments.values() if e.item in scratch}}
 
 
-def zero_reason(item: str, oracle_used: str, not_implemented: bool) -> str:
-    """Why every check of the item scores 0 (rules 2 and 3), or ''."""
+def raised_in(message: str) -> str:
+    """The cell (grade_id) whose code raised, from the sandbox's description of a student's error; '' if none."""
+    match = CELL_FRAME.search(message)
+    return match.group(1) if match else ""
+
+
+def zero_reason(item: str, oracle_used: str, not_implemented: bool, stub_called: str = "") -> str:
+    """Why every check of the item scores 0 (rules 2 and 3), or ''.
+
+    `stub_called`: the other item whose NotImplementedError the item's checks met, when no regrade with its
+    reference could run (autograder/grading/regrade.py; always, under `dependencies: cascade`).
+    """
     if oracle_used:
         # a from-scratch item that calls its oracle has shown nothing of its own, whatever else passed or failed
         return (f"'{item}' uses {oracle_used}; this item is written from scratch, so the oracle it is compared "
                 f"with may not be called, however it is reached (the whole item scores 0)")
     if not_implemented:
         return f"'{item}' is not implemented yet (it raises NotImplementedError)"
+    if stub_called:
+        return (f"'{item}' calls '{stub_called}', which is not implemented yet, so '{item}' could not be checked "
+                f"(the whole item scores 0)")
     return ""
 
 

@@ -6,7 +6,14 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from autograder.reports.tables import experiment_figures, item_reasons, item_summary, metric_rows, render_html
+from autograder.reports.tables import (
+    experiment_figures,
+    item_reasons,
+    item_summary,
+    metric_rows,
+    render_html,
+    restored_points,
+)
 
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")  # not digits of a name
 TOP_REASONS = 5
@@ -106,6 +113,11 @@ def assignment_section(aid, rows):
     whole = [(n, r) for n, r in rows if r["max_score"] >= max_total]  # an --items result is not a total
     totals = sorted(r["score"] for _, r in whole)
     counts = {item: Counter() for item in items}
+    restored = {item: [0.0, 0] for item in items}  # points the reference standing in restored, and in how many
+    for _, result in rows:
+        for item, points in restored_points(result).items():
+            restored.setdefault(item, [0.0, 0])[0] += points
+            restored[item][1] += 1
     for _, result in rows:
         for item, found in item_reasons(result).items():
             for _, message in found:
@@ -114,7 +126,8 @@ def assignment_section(aid, rows):
             "median": totals[len(totals) // 2], "max_total": max_total, "full": sum(t >= max_total for t in totals),
             "zero": sum(t == 0 for t in totals),
             "figures": [totals_figure(whole, max_total), items_figure(items, means, maxima)],
-            "items": [{"item": item, "mean": mean, "top": top, "reasons": counts[item].most_common(TOP_REASONS)}
+            "items": [{"item": item, "mean": mean, "top": top, "reasons": counts[item].most_common(TOP_REASONS),
+                       "restored": restored[item][0], "regraded": restored[item][1]}
                       for item, mean, top in zip(items, means, maxima)],
             **experiment_sections(aid, rows), "similar": similar_section(aid, rows)}
 

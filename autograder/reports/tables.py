@@ -22,6 +22,17 @@ def item_summary(result):
     return out
 
 
+def restored_points(result):
+    """item -> the points the reference standing in for a failed dependency restored (course.yaml `dependencies`),
+    for the items that were regraded with it."""
+    out = {}
+    for test in result["tests"]:
+        extra = test.get("extra_data", {})
+        if "restored" in extra:
+            out[test["item"]] = out.get(test["item"], 0.0) + extra["restored"]
+    return out
+
+
 def check_kind(test):
     """'values' from the test name 'item: values'."""
     return test["name"].split(": ", 1)[-1]

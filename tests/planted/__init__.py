@@ -4,8 +4,7 @@ reasons a check is not isolated yet."""
 import importlib
 
 from autograder.course.config import load_course
-from autograder.notebooks.build import item_cell
-from autograder.notebooks.cells import names_used
+from autograder.grading.dependencies import closure, uses
 from autograder.notebooks.examples import mutate
 from autograder.reports.tables import item_summary
 
@@ -58,19 +57,11 @@ def variant_source(aid, item, variant):
 
 
 def dependents(aid):
-    """item -> the items whose reference code or checks use it, directly or through others."""
-    items = list(load_course().assignment(aid).items)
-    uses = {i: (names_used(item_cell(aid, i, solved=True)) or set()) & set(items) - {i} for i in items}
-    for item, used in getattr(planted_module(aid), "CHECKED_WITH", {}).items():
-        uses[item] |= set(used)
-    closure = {}
-    for item in items:
-        found, frontier = set(), {item}
-        while frontier:
-            frontier = {j for j in items if uses[j] & frontier} - found
-            found |= frontier
-        closure[item] = found
-    return closure
+    """item -> the items whose reference code or checks use it, directly or through others (the grader's graph,
+    autograder/grading/dependencies.py)."""
+    assignment = load_course().assignment(aid)
+    graph = uses(aid, assignment)
+    return {item: {j for j in assignment.items if item in closure(graph, {j})} for item in assignment.items}
 
 
 def rounds(aid):

@@ -441,10 +441,6 @@ CATCHES = {
         "scores_with_d_model": {"values"},
     },
 }
-# Items whose checks run the student's code of other items (beyond what their reference code calls): greedy_decode
-# is handed the student's own Transformer, so a Transformer that returns logits of the wrong shape fails it too.
-CHECKED_WITH = {"greedy_decode": {"Transformer"}}
-
 # Shape slips: a leftover dimension or a layout the caller does not expect (see add_shape_slips).
 SHAPE_SLIPS = {
     "EncoderLayer": {"weights_averaged_over_heads": (

@@ -113,3 +113,21 @@ def test_the_total_is_rounded_to_four_places(scores, total):
     result = results_json(outcomes, aid="a1", notebook="a1.ipynb", device="cpu", seed=0, output="", isolation="uid",
                           restarts=0, seconds=0, notes=[])
     assert result["score"] == total and result["extra_data"]["isolation"] == "uid"
+
+
+def test_a_stub_raised_in_another_items_cell_is_that_items():
+    """The sandbox's description names the cell whose frame raised: another item's stub is never this item's."""
+    items = {"attention": None, "MultiHeadAttention": None}
+    theirs = Outcome("MultiHeadAttention", "values", 2)
+    said = theirs.raised("MultiHeadAttention", "NotImplementedError:  (cell attention, line 3)", items)
+    assert not theirs.not_implemented and theirs.not_implemented_in == "attention"
+    assert "the error is in 'attention', which 'MultiHeadAttention' calls" in said
+    own = Outcome("MultiHeadAttention", "values", 2)
+    assert own.raised("MultiHeadAttention", "NotImplementedError:  (cell MultiHeadAttention, line 9)", items) == ""
+    assert own.not_implemented and not own.not_implemented_in
+    other = Outcome("MultiHeadAttention", "values", 2)  # another error in another item: named, not a stub
+    assert "'attention'" in other.raised("MultiHeadAttention", "ValueError: no (cell attention, line 3)", items)
+    assert not other.not_implemented and not other.not_implemented_in
+    assert zero_reason("MultiHeadAttention", "", False, "attention") == (
+        "'MultiHeadAttention' calls 'attention', which is not implemented yet, so 'MultiHeadAttention' could not be "
+        "checked (the whole item scores 0)")
