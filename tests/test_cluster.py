@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import sys
 import time
 from pathlib import Path
@@ -47,7 +48,8 @@ class DaskCluster:
 
     def __init__(self, folder, worker_env=None, scheduler_env=None, preload=None):
         self.folder, self.file = folder, folder / "scheduler.json"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # one task per worker thread at a time (docs/CLUSTER.md): a dying worker is blamed for its own grading only
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}
         self.procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
                                         "0", "--no-dashboard", "--scheduler-file", str(self.file)],
                                        env={**env, **(scheduler_env or {})}, cwd=folder,
@@ -172,3 +174,99 @@ def test_the_kubernetes_cluster_asks_each_worker_pod_for_a_gpu_and_sets_the_thre
     assert container["args"][-4:] == ["--nthreads", "1", "--resources", "GPU=1"]
     scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in scheduler["resources"]["limits"]
+
+
+def kill_training(monkeypatch, times):
+    """SIGKILL the student's process half a second into each of its first `times` training requests, from outside
+    (no limit of the grader's involved), as a host's OOM killer would. Returns the list of kills done."""
+    from autograder.sandbox.grader_side import Sandbox
+    request, kills = Sandbox.request, []
+
+    def killed_while_training(self, op, *args, **kwargs):
+        if op == "experiment" and len(kills) < times:
+            kills.append(self.proc)
+            threading.Timer(0.5, os.kill, (self.proc, signal.SIGKILL)).start()
+        return request(self, op, *args, **kwargs)
+    monkeypatch.setattr(Sandbox, "request", killed_while_training)
+    monkeypatch.setenv("COURSE_NO_CACHE", "1")  # a cached run would not train
+    return kills
+
+
+@pytest.mark.slow
+def test_a_training_killed_once_from_outside_is_run_again_and_scored_as_usual(monkeypatch, tmp_path):
+    from autograder.grading.grade import grade_notebook
+    path = tmp_path / f"{AID}.ipynb"
+    nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)), path)
+    kills = kill_training(monkeypatch, times=1)
+    result = grade_notebook(path, AID, items=["TransformerClassifier"], device="cpu")
+    assert len(kills) == 1
+    assert result["score"] == result["max_score"] > 0, result["output"]
+    assert any("killed from outside (SIGKILL" in note and "run again" in note for note in result["extra_data"]["notes"])
+
+
+@pytest.mark.slow
+def test_the_same_kill_twice_counts_against_the_submission_and_says_so(monkeypatch, tmp_path):
+    from autograder.grading.grade import grade_notebook
+    path = tmp_path / f"{AID}.ipynb"
+    nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)), path)
+    kill_training(monkeypatch, times=99)
+    result = grade_notebook(path, AID, items=["TransformerClassifier"], device="cpu")
+    experiment = next(t for t in result["tests"] if t["name"].startswith("TransformerClassifier") and
+                      "experiment" in t["name"])
+    assert experiment["score"] == 0
+    assert "killed by signal SIGKILL), twice: no limit of the grader's was hit" in experiment["output"]
+
+
+def gradebook(root):
+    """{student: (total, [(cell, auto score)])} from an nbgrader gradebook."""
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root}/gradebook.db") as gb:
+        return {s.student.id: (s.score, sorted((g.name, g.auto_score) for nb in s.notebooks for g in nb.grades))
+                for s in gb.find_assignment(AID).submissions}
+
+
+@pytest.mark.slow
+def test_nbgrader_pregraded_on_the_cluster_writes_the_gradebook_of_the_serial_run(tmp_path):
+    """The TA's parallel nbgrader path (docs/CLUSTER.md): nbgrader writes the notebooks it would grade
+    (CollectForGrading), `course grade --scheduler` grades them on the cluster into a results folder, and
+    `nbgrader autograde` with TrustedGrade.results_dir takes those results: the gradebook of a serial autograde."""
+    from autograder.notebooks.build import run_nbgrader
+    from tests.test_nbgrader_roundtrip import CONFIG, half_done
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    (serial / "source").mkdir(parents=True)
+    shutil.copytree(ROOT / "assignments" / AID, serial / "source" / AID)
+    (serial / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                             root=str(serial)))
+    proc = run_nbgrader(["generate_assignment", AID, "--force"], serial)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for student, nb in {"alice": with_cells(release_notebook(AID), solved_sources(AID)), "bob": release_notebook(AID),
+                        "carol": half_done(AID)[0]}.items():
+        (serial / "submitted" / student / AID).mkdir(parents=True)
+        nbformat.write(nb, serial / "submitted" / student / AID / f"{AID}.ipynb")
+    shutil.copytree(serial, parallel)
+    (parallel / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                               root=str(parallel)))
+
+    proc = run_nbgrader(["autograde", AID, "--force"], serial)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    pending, pregraded = tmp_path / "pending", tmp_path / "pregraded"
+    collect = run_nbgrader(["autograde", AID, "--force", f"--CollectForGrading.folder={pending}",
+                            "--Autograde.autograde_preprocessors=autograder.integrations.nbgrader_plugin.CollectForGrading"],
+                           parallel)
+    assert collect.returncode == 0, collect.stdout + collect.stderr
+    assert all(score == 0 for score, _ in gradebook(parallel).values())  # nothing scored by the first pass
+    assert sorted(p.parent.name for p in pending.glob(f"*/{AID}.ipynb")) == ["alice", "bob", "carol"]
+    cluster = DaskCluster(tmp_path)
+    try:
+        done = subprocess.run([sys.executable, "-m", "autograder.cli", "grade", str(pending), "-a", AID, "--device",
+                               "cpu", "--scheduler", str(cluster.file), "--results-dir", str(pregraded)],
+                              capture_output=True, text=True, timeout=1200)
+    finally:
+        cluster.close()
+    assert done.returncode == 0, done.stderr
+    proc = run_nbgrader(["autograde", AID, "--force", f"--TrustedGrade.results_dir={pregraded}"], parallel)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "graded here" not in proc.stdout + proc.stderr  # every student's result came from the cluster
+    assert gradebook(parallel) == gradebook(serial)
+    assert gradebook(serial)["alice"][0] > gradebook(serial)["carol"][0] > 0 == gradebook(serial)["bob"][0]

@@ -23,6 +23,12 @@ WALLTIME = "02:00:00"  # longer than one grading (course.yaml's limits): a worke
 NAME = "course-grader"
 
 
+# The scheduler hands a worker only the tasks it can run now (one: --nthreads 1), never a queue of its own: when a
+# worker dies, only the grading it was running is counted against (distributed.scheduler.allowed-failures), and
+# not the innocent ones queued behind it.
+SCHEDULER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0}
+
+
 def worker_env(threads):
     """What each worker's environment sets: its grading's CPU threads, and the math libraries' to match."""
     return {"COURSE_WORKER_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
@@ -93,6 +99,7 @@ def kubernetes_spec(jobs, gpus=1, threads=THREADS_PER_WORKER, image=None):
     worker = spec["spec"]["worker"]["spec"]["containers"][0]
     worker["args"] = [*worker.get("args", []), *worker_args(gpus)]
     scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
+    scheduler["env"] = [{"name": "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION", "value": "1.0"}]
     scheduler["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
     return spec
 
@@ -109,6 +116,8 @@ def render(kind, jobs=1, gpus=0, threads=THREADS_PER_WORKER):
 
 def start_cluster(kind, jobs=1, gpus=0):
     """A started cluster of `jobs` jobs (or pods, or local workers); the caller closes it."""
+    import dask
+    dask.config.set(SCHEDULER_CONFIG)  # the scheduler of local and jobqueue clusters runs in this process
     if kind == "local":
         return local_cluster(jobs)
     if kind == "k8s":
