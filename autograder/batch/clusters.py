@@ -6,8 +6,9 @@
   claiming its own CUDA_VISIBLE_DEVICES: autograder/batch/task.py claim_gpu), or one worker without GPUs.
   The site's queue, account, memory and walltime come from dask-jobqueue's own configuration
   (~/.config/dask/jobqueue.yaml, jobqueue.slurm.* / jobqueue.pbs.*); what it leaves unset gets the defaults below.
-- k8s: dask-kubernetes' operator (the `k8s` extra) runs a DaskCluster of N worker pods, one GPU each; the image
-  with the course installed is dask's `course.image` setting (DASK_COURSE__IMAGE).
+- k8s: dask-kubernetes' operator (the `k8s` extra; the operator installed in the Kubernetes cluster) runs a
+  DaskCluster of N worker pods, K GPUs each (K=1: one worker per GPU); the image with the course installed is
+  dask's `course.image` setting (DASK_COURSE__IMAGE). `render("k8s", ...)` is the resource, for `kubectl apply`.
 
 Every worker grades one submission at a time (`--nthreads 1`: pytest is not thread-safe), with its CPU threads
 set explicitly (COURSE_WORKER_THREADS; Dask's nanny would leave OMP_NUM_THREADS=1), and, with GPUs, advertises
@@ -80,28 +81,35 @@ def jobqueue_cluster(kind, gpus=0, threads=THREADS_PER_WORKER, **more):
 
 
 def kubernetes_spec(jobs, gpus=1, threads=THREADS_PER_WORKER, image=None):
-    """The DaskCluster resource (a dict) of `jobs` worker pods with `gpus` GPUs each, rendered by dask-kubernetes'
-    make_cluster_spec; the scheduler pod gets no GPU."""
+    """The DaskCluster resource (dask-kubernetes' operator, kubernetes.dask.org/v1; the layout of its
+    make_cluster_spec) of `jobs` worker pods with `gpus` GPUs each; the scheduler pod gets no GPU. Written here,
+    not by dask-kubernetes (200 MB with the Kubernetes clients), so that rendering it needs no extra."""
     import dask
-    try:
-        from dask_kubernetes.operator import make_cluster_spec
-    except ImportError as e:
-        raise ConfigError("--cluster k8s starts its workers with dask-kubernetes, which is not installed: "
-                          "pip install 'attention-course[k8s]'") from e
     image = image or dask.config.get("course.image", None)
     if not image:
         raise ConfigError("--cluster k8s: the image with the course installed is not set: set dask's course.image "
                           "(DASK_COURSE__IMAGE=registry/course:TAG, or course: {image: ...} in ~/.config/dask/)")
     limits = {"cpu": str(threads), "memory": f"{MEMORY_PER_WORKER_GB}Gi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
-    spec = make_cluster_spec(name=NAME, image=image, n_workers=jobs, env=worker_env(threads),
-                             resources={"requests": dict(limits), "limits": dict(limits)},
-                             worker_command="dask worker")
-    worker = spec["spec"]["worker"]["spec"]["containers"][0]
-    worker["args"] = [*worker.get("args", []), *worker_args(gpus)]
-    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
-    scheduler["env"] = [{"name": "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION", "value": "1.0"}]
-    scheduler["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-    return spec
+    env = lambda values: [{"name": k, "value": v} for k, v in values.items()]  # noqa: E731
+    worker = {"name": "worker", "image": image,
+              "args": ["dask", "worker", "--name", "$(DASK_WORKER_NAME)", "--dashboard", "--dashboard-address", "8788",
+                       *worker_args(gpus)],
+              "env": env(worker_env(threads)), "resources": {"requests": dict(limits), "limits": dict(limits)},
+              "ports": [{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}]}
+    health = {"httpGet": {"port": "http-dashboard", "path": "/health"}}
+    scheduler = {"name": "scheduler", "image": image, "args": ["dask", "scheduler", "--host", "0.0.0.0"],
+                 "env": env({"DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}),
+                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+                 "ports": [{"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
+                           {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"}],
+                 "readinessProbe": {**health, "initialDelaySeconds": 0, "periodSeconds": 1, "timeoutSeconds": 300},
+                 "livenessProbe": {**health, "initialDelaySeconds": 15, "periodSeconds": 20}}
+    service = {"type": "ClusterIP", "selector": {"dask.org/cluster-name": NAME, "dask.org/component": "scheduler"},
+               "ports": [{"name": "tcp-comm", "protocol": "TCP", "port": 8786, "targetPort": "tcp-comm"},
+                         {"name": "http-dashboard", "protocol": "TCP", "port": 8787, "targetPort": "http-dashboard"}]}
+    return {"apiVersion": "kubernetes.dask.org/v1", "kind": "DaskCluster", "metadata": {"name": NAME},
+            "spec": {"idleTimeout": 0, "worker": {"replicas": jobs, "spec": {"containers": [worker]}},
+                     "scheduler": {"spec": {"containers": [scheduler]}, "service": service}}}
 
 
 def render(kind, jobs=1, gpus=0, threads=THREADS_PER_WORKER):
@@ -121,7 +129,11 @@ def start_cluster(kind, jobs=1, gpus=0):
     if kind == "local":
         return local_cluster(jobs)
     if kind == "k8s":
-        from dask_kubernetes.operator import KubeCluster
+        try:
+            from dask_kubernetes.operator import KubeCluster
+        except ImportError as e:
+            raise ConfigError("--cluster k8s starts its workers with dask-kubernetes' operator, which is not "
+                              "installed: pip install 'attention-course[k8s]'") from e
         return KubeCluster(custom_cluster_spec=kubernetes_spec(jobs, gpus))
     cluster = jobqueue_cluster(kind, gpus)
     cluster.scale(jobs=jobs)

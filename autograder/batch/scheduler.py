@@ -9,13 +9,17 @@
 On a Dask cluster each task carries the notebook's bytes, their sha256, the assignment and the grader identity
 (autograder/batch/task.py); this process, the coordinator, alone writes the results folder, under the same lock
 and atomic write as a local batch, and takes exactly one result per submission however often Dask ran its task.
-A task whose worker died while running it is run again by Dask on another worker; one that killed
-`distributed.scheduler.allowed-failures` + 1 workers (3 + 1 by default) ends as a grader error for that
-submission (never a 0), and the rest of the batch goes on.
+A task whose worker died while running it is run again by Dask on another worker. Dask gives up on a task
+(KilledWorker) after `distributed.scheduler.allowed-failures` + 1 worker deaths (3 + 1 by default), counting the
+deaths of workers it was merely waiting on; so the coordinator counts the times the grading itself started (an
+event each task logs): one that started on KILLS_TO_BLAME workers that then died ends as a grader error for that
+submission (never a 0), the rest of the batch goes on, and a submission Dask gave up on that had not started that
+often is submitted again.
 """
 import hashlib
 import json
 import sys
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,8 @@ from autograder.batch.run import (
 )
 from autograder.errors import ConfigError
 
+KILLS_TO_BLAME = 2  # a grading that was running on two workers that both died kills workers: a grader error
+MAX_SUBMITS = 5  # however unlucky a submission is with dying neighbours, the batch ends
 WORKERS_WAIT_SECONDS = 600  # a batch job's workers may sit in the queue a while before the first one starts
 
 
@@ -131,15 +137,13 @@ def cluster_device(client, device):
 
 def grade_on_dask(client, submissions, aid, items, device, results_dir, progress, resources=None):
     """grade_batch's contract on a Dask cluster (module doc): saved results reused, the rest graded by tasks."""
-    from distributed import as_completed
-
     from autograder.batch.task import grade_bytes
     device = cluster_device(client, device)
     grader = grader_identity(aid, device)
     if results_dir is not None:
         results_dir = Path(results_dir)
         results_dir.mkdir(parents=True, exist_ok=True)
-    results, futures, done = {}, {}, 0
+    results, todo, done = {}, [], 0
     for name, notebook in submissions:
         notebook = Path(notebook)
         data = notebook.read_bytes() if notebook.is_file() else None
@@ -154,26 +158,68 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
                 if progress:
                     progress(done, len(submissions), name, saved, "reused")
                 continue
-        future = client.submit(grade_bytes, name, notebook.name, data, sha, aid, items, device, grader,
-                               key=f"grade-{name}-{sha[:16]}", pure=False, resources=resources)
-        futures[future] = (name, notebook, sha)
+        todo.append((name, notebook, data, sha))
+    todo.reverse()  # popped from the end: in the order given
+    in_flight, submits, run = {}, {}, uuid.uuid4().hex[:8]  # run: this batch's keys and events, not another's
     try:
-        for future in as_completed(list(futures)):
-            name, notebook, sha = futures[future]
-            result, how = _outcome(future, aid, name), "graded"
-            if results_dir is not None:
-                out = result_path(results_dir, name)
-                with result_lock(lock_path(out)):  # re-read: another run may have saved it meanwhile
-                    result, how = stored(out, result, _saved(out),
-                                         grading_identity(aid, sha, items, grader), items, notebook)
-            results[name] = result
-            done += 1
-            if progress:
-                progress(done, len(submissions), name, result, how)
+        while todo or in_flight:
+            while todo and len(in_flight) < _slots(client):
+                name, notebook, data, sha = job = todo.pop()
+                submits[name] = submits.get(name, 0) + 1
+                future = client.submit(grade_bytes, name, notebook.name, data, sha, aid, items, device, grader,
+                                       key=f"grade-{name}-{sha[:16]}-{run}-{submits[name]}", pure=False,
+                                       resources=resources)
+                in_flight[future] = job
+            finished = _wait_first(in_flight)
+            for future in finished:
+                name, notebook, data, sha = job = in_flight.pop(future)
+                if _innocent_bystander(client, future, f"grade-{name}-{sha[:16]}-{run}-", submits[name]):
+                    todo.append(job)
+                    continue
+                result, how = _outcome(future, aid, name), "graded"
+                if results_dir is not None:
+                    out = result_path(results_dir, name)
+                    with result_lock(lock_path(out)):  # re-read: another run may have saved it meanwhile
+                        result, how = stored(out, result, _saved(out), grading_identity(aid, sha, items, grader),
+                                             items, notebook)
+                results[name] = result
+                done += 1
+                if progress:
+                    progress(done, len(submissions), name, result, how)
     except BaseException:
-        client.cancel(list(futures))  # an interrupted coordinator leaves no grading behind on the cluster
+        client.cancel(list(in_flight))  # an interrupted coordinator leaves no grading behind on the cluster
         raise
     return [(name, results[name]) for name, _ in submissions]
+
+
+def _innocent_bystander(client, future, prefix, submits):
+    """Whether Dask gave up on this task for worker deaths that its grading (started fewer than KILLS_TO_BLAME
+    times) cannot have caused: it was waiting on those workers. Then it is submitted again (at most MAX_SUBMITS)."""
+    from distributed.scheduler import KilledWorker
+
+    from autograder.batch.task import STARTED
+    if future.status != "error" or not isinstance(future.exception(), KilledWorker) or submits >= MAX_SUBMITS:
+        return False
+    started = sum(str(msg.get("key", "")).startswith(prefix) for _, msg in client.get_events(STARTED))
+    return started < KILLS_TO_BLAME
+
+
+def _slots(client):
+    """How many gradings may be on the cluster at once: one per worker thread (at least one). No more: a task
+    handed to a busy worker waits there, and if that worker dies, Dask counts the death against the waiting
+    task too (distributed.scheduler.allowed-failures), though it never ran."""
+    return max(1, sum(client.nthreads().values()))
+
+
+def _wait_first(futures, poll_s=5):
+    """The futures done, waiting until at least one is; every poll_s seconds the caller may top up (workers that
+    joined since: a batch job's start from the queue)."""
+    from distributed import wait
+    try:
+        finished = wait(list(futures), timeout=poll_s, return_when="FIRST_COMPLETED").done if futures else set()
+    except TimeoutError:
+        return []
+    return [f for f in futures if f in finished]
 
 
 def _outcome(future, aid, name):
@@ -184,8 +230,8 @@ def _outcome(future, aid, name):
     try:
         return json.loads(future.result())
     except KilledWorker as e:
-        return failed_result(aid, name, f"the grader failed on this submission: its grading ended every worker that "
-                                        f"ran it ({e}); it was not scored, rerun it")
+        return failed_result(aid, name, f"the grader failed on this submission: every worker that ran its grading "
+                                        f"died while it ran ({e}); it was not scored, rerun it")
     except GraderMismatch as e:
         return failed_result(aid, name, f"the grader failed on this submission: {e}")
     except Exception as e:  # a task's own failure (a worker's error) is this submission's grader error

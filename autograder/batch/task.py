@@ -20,6 +20,7 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
+STARTED = "course-grading-started"  # the Dask event topic a task logs as it starts grading (see scheduler.py)
 THREADS_ENV = "COURSE_WORKER_THREADS"  # the CPU threads of each grading on this worker (default: all its cores)
 GPU_LOCKS = Path(tempfile.gettempdir())
 _one_at_a_time = threading.Lock()  # pytest is not thread-safe: a worker started with --nthreads 2 still grades one
@@ -124,6 +125,9 @@ def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
                              f"course (code, solutions, course.yaml, release) and torch on the workers, or pass "
                              f"--device explicitly; nothing was graded with other code")
     with _one_at_a_time, tempfile.TemporaryDirectory(prefix="course-task-") as tmp:
+        from distributed import get_worker
+        worker = get_worker()
+        worker.log_event(STARTED, {"key": str(worker.get_current_task()), "name": name})
         path = Path(tmp) / filename
         if notebook is not None:
             path.write_bytes(notebook)
