@@ -61,7 +61,7 @@ class Where:
 def grade_class(submissions, aid, items=None, device="auto", where=None, results_dir=None, progress=None,
                 say=None):
     """[(name, result)] in the order given, wherever `where` says; `progress` as grade_batch's; `say(line)` is
-    told the cluster's dashboard link and how many workers it has."""
+    told the cluster's scheduler and dashboard link (default: a line on stderr)."""
     where = where or Where()
     if where.scheduler and where.cluster:
         raise ConfigError(f"--scheduler {where.scheduler} attaches to a running cluster and --cluster {where.cluster} "
@@ -122,8 +122,11 @@ def _dashboard(client):
 
 
 def cluster_device(client, device):
-    """'auto' settled on the workers (cuda where they have GPUs), so that the coordinator's grader identity is
-    theirs; workers that disagree are a setting to fix, not a guess."""
+    """'auto' settled as course.yaml's device, else on the workers (cuda where they have GPUs), so that the
+    coordinator's grader identity is theirs; workers that disagree are a setting to fix, not a guess."""
+    if device == "auto":
+        from autograder.course.config import load_course
+        device = load_course().device
     if device != "auto":
         return device
     from autograder.batch.task import resolved_device

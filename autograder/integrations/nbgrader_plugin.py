@@ -9,6 +9,12 @@ Before nbgrader's own sanitising, CourseAutograde takes a submission folder's si
 and RepairSubmission repairs the notebook against the release (autograder/notebooks/repair.py): what nbgrader alone would
 grade as 0 is graded, each repair one line in the log and in the student's feedback; what cannot be repaired
 stops that student with one line saying why, before the gradebook has a score for it.
+
+In parallel (docs/CLUSTER.md): a first `nbgrader autograde` with CollectForGrading as its only autograde step
+writes each sanitised notebook as TrustedGrade would grade it, `course grade` grades those on all cores or a
+cluster into a results folder, and a second `nbgrader autograde` with TrustedGrade.results_dir takes each result
+whose identity (the graded bytes' sha256, the whole assignment, the grader) is this grading's; the gradebook is
+written by nbgrader alone.
 """
 import filecmp
 import shutil
