@@ -17,7 +17,8 @@ the resource GPU=1 that each task asks for.
 from autograder.errors import ConfigError
 
 KINDS = ("local", "slurm", "pbs", "k8s")
-THREADS_PER_WORKER = 4  # CPU threads of each grading on a batch or pod worker (a GPU's training needs few)
+THREADS_PER_WORKER = 4  # CPU threads of each grading on a batch or pod worker (a GPU's training needs few);
+# dask's course.threads setting (DASK_COURSE__THREADS) changes it
 MEMORY_PER_WORKER_GB = 8  # a grading's sandbox stays under course.yaml's memory limit; the grader beside it
 WALLTIME = "02:00:00"  # longer than one grading (course.yaml's limits): a worker's job never ends mid-grading;
 # dask's course.walltime overrides it (jobqueue's own default, 30 min, is not taken: it can be shorter)
@@ -128,14 +129,15 @@ def start_cluster(kind, jobs=1, gpus=0):
     dask.config.set(SCHEDULER_CONFIG)  # the scheduler of local and jobqueue clusters runs in this process
     if kind == "local":
         return local_cluster(jobs)
+    threads = int(dask.config.get("course.threads", None) or THREADS_PER_WORKER)  # DASK_COURSE__THREADS=2
     if kind == "k8s":
         try:
             from dask_kubernetes.operator import KubeCluster
         except ImportError as e:
             raise ConfigError("--cluster k8s starts its workers with dask-kubernetes' operator, which is not "
                               "installed: pip install 'attention-course[k8s]'") from e
-        return KubeCluster(custom_cluster_spec=kubernetes_spec(jobs, gpus))
-    cluster = jobqueue_cluster(kind, gpus)
+        return KubeCluster(custom_cluster_spec=kubernetes_spec(jobs, gpus, threads))
+    cluster = jobqueue_cluster(kind, gpus, threads)
     cluster.scale(jobs=jobs)
     return cluster
 
