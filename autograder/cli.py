@@ -46,8 +46,9 @@ def cmd_grade(args):
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
 
-    from autograder.batch.run import find_submissions, grade_batch
-    from autograder.reports.tables import grade_table, reason_lines, write_csv
+    from autograder.batch.run import find_submissions
+    from autograder.batch.scheduler import Where, grade_class
+    from autograder.reports.tables import grade_table, not_scored, reason_lines, write_csv
     course = load_course()
     assignment = course.assignment(args.assignment)
     items = args.items.split(",") if args.items else None
@@ -65,7 +66,9 @@ def cmd_grade(args):
             def noted(done, total, name, result, got):
                 how[name] = got
                 progress(done, total, name, result, got)
-            rows = grade_batch(subs, args.assignment, items=items, device=args.device, workers=args.workers,
+            where = Where(workers=args.workers, scheduler=args.scheduler, cluster=args.cluster, jobs=args.jobs,
+                          gpus_per_job=args.gpus_per_job)
+            rows = grade_class(subs, args.assignment, items=items, device=args.device, where=where,
                                results_dir=args.results_dir, progress=noted)
     except KeyboardInterrupt:
         kept = f"; the finished results are in {args.results_dir}, and a rerun grades the rest" if args.results_dir else ""
@@ -227,6 +230,12 @@ def build_parser():
     add_device(g, "auto")
     g.add_argument("--workers", type=int, default=1, help="submissions graded at once, each in a worker process "
                    "with its share of the cores (default 1)")
+    g.add_argument("--scheduler", metavar="ADDRESS_OR_FILE", help="grade on a running Dask cluster: tcp://HOST:PORT, "
+                   "tls://HOST:PORT or a scheduler file (docs/CLUSTER.md)")
+    g.add_argument("--cluster", choices=["local", "slurm", "pbs", "k8s"], help="start a Dask cluster for this "
+                   "batch and tear it down at the end (local: this machine, 127.0.0.1 only)")
+    g.add_argument("--jobs", type=int, default=1, help="--cluster's batch jobs, pods or local workers")
+    g.add_argument("--gpus-per-job", type=int, default=0, help="--cluster's GPUs per job: one worker per GPU")
     g.add_argument("--json", help="write results.json (one notebook) or a JSON list (several)")
     g.add_argument("--csv", help="write one row per submission")
     g.add_argument("--results-dir", help="save each result here as it finishes; a rerun reuses a saved result only "

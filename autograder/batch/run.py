@@ -132,7 +132,7 @@ def grader_identity(aid, device="auto"):
              "course": course.model_dump(mode="json", exclude={"path", "assignments"}),
              "assignment": course.assignment(aid).model_dump(mode="json"),
              "release": file_digest(released) if released.is_file() else "", "libraries": libraries(),
-             "device": resolve_device(device if device != "auto" else course.device), "data": data_source_of(aid)}
+             "device": device if device in ("cpu", "cuda") else resolve_device(course.device), "data": data_source_of(aid)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -147,29 +147,55 @@ def grade_one(name, notebook, aid, items, device, results_dir, threads=None, gra
     regraded into the saved result); under a lock, so that runs sharing a results folder grade each once."""
     if results_dir is None:
         return _grade(name, notebook, aid, items, device, threads), "graded"
-    identity = {"assignment": aid, "submission": file_digest(notebook), "items": sorted(items) if items else None,
-                "grader": grader or grader_identity(aid, device)}
-    out = results_dir / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)  # a name told apart by its folders: secA/alice
-    with result_lock(out.parent / f".{out.name[:-len('.json')]}.lock"):
+    identity = grading_identity(aid, file_digest(notebook), items, grader or grader_identity(aid, device))
+    out = result_path(results_dir, name)
+    with result_lock(lock_path(out)):
         saved = _saved(out)
-        same = saved.get("extra_data", {}).get("grading") or {}
-        if all(same.get(k, "") == identity[k] for k in identity):
+        if same_grading(saved, identity):
             return saved, "reused"
-        by_same_grader = all(same.get(k, "") == identity[k] for k in ("assignment", "submission", "grader"))
-        result = _grade(name, notebook, aid, items, device, threads)
-        if result.get("extra_data", {}).get("grader_error"):  # a grader failure is retried on the next run
-            return result, "graded"
-        how = "graded"
-        if items and by_same_grader and saved.get("tests"):
-            result, how = merged(saved, result, items), "merged"
-            identity["items"] = None if same["items"] is None else sorted(set(same["items"]) | set(items))
-        elif saved and same.get("source") not in (None, str(Path(notebook).resolve())):
-            print(f"{out}: held the result of {same['source']}, another notebook named {name}; replaced by "
-                  f"{Path(notebook).resolve()} (grade sections into separate folders to keep both)", file=sys.stderr)
-        result.setdefault("extra_data", {})["grading"] = {**identity, "source": str(Path(notebook).resolve())}
-        atomic_write(out, json.dumps(result, indent=1))
-        return result, how
+        return stored(out, _grade(name, notebook, aid, items, device, threads), saved, identity, items, notebook)
+
+
+def grading_identity(aid, submission, items, grader):
+    """What makes two gradings the same: assignment, the notebook's sha256, the items asked for, the grader."""
+    return {"assignment": aid, "submission": submission, "items": sorted(items) if items else None, "grader": grader}
+
+
+def result_path(results_dir, name):
+    """Where the results folder keeps `name`'s result (its folder made: a name told apart by folders, secA/alice)."""
+    out = Path(results_dir) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def lock_path(out):
+    return out.parent / f".{out.name[:-len('.json')]}.lock"
+
+
+def same_grading(saved, identity):
+    """Whether the saved result is this grading's (then it is reused as it is)."""
+    same = saved.get("extra_data", {}).get("grading") or {}
+    return bool(saved) and all(same.get(k, "") == identity[k] for k in identity)
+
+
+def stored(out, result, saved, identity, items, notebook):
+    """(result, how) after saving a fresh result at `out` (the caller holds its lock): merged into the saved one
+    for an --items run by the same grader, else replacing it; a grader failure is not saved (the next run retries)."""
+    if result.get("extra_data", {}).get("grader_error"):
+        return result, "graded"
+    same = saved.get("extra_data", {}).get("grading") or {}
+    by_same_grader = all(same.get(k, "") == identity[k] for k in ("assignment", "submission", "grader"))
+    how, identity = "graded", dict(identity)
+    if items and by_same_grader and saved.get("tests"):
+        result, how = merged(saved, result, items), "merged"
+        identity["items"] = None if same["items"] is None else sorted(set(same["items"]) | set(items))
+    elif saved and same.get("source") not in (None, str(Path(notebook).resolve())):
+        name = out.name[:-len(".json")]
+        print(f"{out}: held the result of {same['source']}, another notebook named {name}; replaced by "
+              f"{Path(notebook).resolve()} (grade sections into separate folders to keep both)", file=sys.stderr)
+    result.setdefault("extra_data", {})["grading"] = {**identity, "source": str(Path(notebook).resolve())}
+    atomic_write(out, json.dumps(result, indent=1))
+    return result, how
 
 
 def _saved(path):

@@ -8,6 +8,9 @@ Whose failure is it? The student's item is scored only from the student's behavi
   failure (GraderError: no score, the cause named), MNIST missing included; so is the cache's, which never
   costs a result (a warning instead);
 - evaluate failing on weights that training left non-finite is the student's (nothing else makes them so);
+- the training process killed from outside (SIGKILL with no limit of the grader's hit: a host's OOM killer, an
+  administrator) is nobody's yet: it is run again once, and only the same kill twice counts against the
+  submission (grading is deterministic, so a student's own kill repeats); both are said in the result;
 - an exception while the harness trains in the sandbox on the student's parts is the student's when its
   traceback has a frame in the student's cells (`<cell ...>`), when it is a limit biting, or when it is of a kind
   a wrong part's answer can cause in the harness's own code (a wrong shape or type: the plugin's UNUSABLE, and
@@ -200,7 +203,7 @@ def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
             if metrics is not None:  # thresholds are judged now: course.yaml may have changed since
                 failures = exp.failures(metrics)
         else:
-            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits)
+            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes)
             if metrics is not None or failures and "time limit" not in failures[0]:
                 warning = cache_write(key, [metrics, failures])
                 if warning and notes is not None and warning not in notes:
@@ -246,7 +249,13 @@ def _finite(tensors):
     return all(torch.isfinite(t).all() for t in tensors if t.is_floating_point() or t.is_complex())
 
 
-def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits):
+def killed_from_outside(failure):
+    """Whether the sandbox's process died of a SIGKILL that none of the grader's limits sent (those are raised as
+    timeout or memory, after the grader ended the sandbox itself): a host's OOM killer, an administrator."""
+    return failure.kind == "crash" and "killed by signal SIGKILL" in str(failure)
+
+
+def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None):
     try:
         sandbox.ensure()
     except SandboxFailure as e:
@@ -257,19 +266,35 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits):
         return None, [f"the notebook's code could not be reloaded for training: {e}"]
     torch.manual_seed(seed)
     data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
-    try:
-        answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
-                                 name=exp.name, cfg=exp.cfg, seed=seed, device=device)
-        trained = sandbox.value(answer)
-    except StudentRaised as e:
-        if not students_training_error(str(e)):
-            raise GraderError(f"experiment {exp.name}: the harness's training raised {e}, with no frame of the "
-                              f"student's code (autograder/harness/{aid}.py)") from e
-        return None, [f"training raised {e}"]
-    except SandboxFailure as e:
-        if e.kind == "sandbox":
-            raise GraderError(f"experiment {exp.name}: the sandbox failed: {e}") from e
-        return None, [f"training {e}"]
+    for attempt in (1, 2):
+        try:
+            answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
+                                     name=exp.name, cfg=exp.cfg, seed=seed, device=device)
+            trained = sandbox.value(answer)
+            break
+        except StudentRaised as e:
+            if not students_training_error(str(e)):
+                raise GraderError(f"experiment {exp.name}: the harness's training raised {e}, with no frame of the "
+                                  f"student's code (autograder/harness/{aid}.py)") from e
+            return None, [f"training raised {e}"]
+        except SandboxFailure as e:
+            if e.kind == "sandbox":
+                raise GraderError(f"experiment {exp.name}: the sandbox failed: {e}") from e
+            if not killed_from_outside(e):
+                return None, [f"training {e}"]
+            if attempt == 2:
+                return None, [f"training {e}, twice: no limit of the grader's was hit, and the same kill on a rerun "
+                              f"counts against the submission"]
+            if notes is not None:
+                notes.append(f"experiment {exp.name} (seed {seed}): the training process was killed from outside "
+                             f"(SIGKILL, no limit of the grader's hit, as a host's OOM killer or an administrator "
+                             f"does) and was run again")
+            try:
+                sandbox.ensure()
+            except (SandboxFailure, StudentRaised) as e:
+                if getattr(e, "kind", "") == "sandbox":
+                    raise GraderError(f"experiment {exp.name}: the sandbox could not be restarted: {e}") from e
+                return None, [f"the notebook's code could not be reloaded for training: {e}"]
     model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
     expected = len(model.state_dict())
     if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):

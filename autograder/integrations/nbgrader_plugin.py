@@ -9,6 +9,12 @@ Before nbgrader's own sanitising, CourseAutograde takes a submission folder's si
 and RepairSubmission repairs the notebook against the release (autograder/notebooks/repair.py): what nbgrader alone would
 grade as 0 is graded, each repair one line in the log and in the student's feedback; what cannot be repaired
 stops that student with one line saying why, before the gradebook has a score for it.
+
+In parallel (docs/CLUSTER.md): a first `nbgrader autograde` with CollectForGrading as its only autograde step
+writes each sanitised notebook as TrustedGrade would grade it, `course grade` grades those on all cores or a
+cluster into a results folder, and a second `nbgrader autograde` with TrustedGrade.results_dir takes each result
+whose identity (the graded bytes' sha256, the whole assignment, the grader) is this grading's; the gradebook is
+written by nbgrader alone.
 """
 import filecmp
 import shutil
@@ -116,15 +122,22 @@ class TrustedGrade(NbGraderPreprocessor):
 
     device = Unicode("auto", help="auto, cpu or cuda").tag(config=True)
 
+    results_dir = Unicode("", help="a folder of results pre-graded in parallel (`course grade PENDING --results-dir "
+                          "DIR` after a CollectForGrading pass): a student's result there is used when it graded these "
+                          "very bytes with this grader, else the notebook is graded here").tag(config=True)
+
     def preprocess(self, nb, resources):
-        from autograder.grading.grade import grade_notebook
         aid = resources["nbgrader"]["assignment"]
         repairs = nb.metadata.pop(REPAIRS_KEY, None)
         repairs = [str(n) for n in repairs] if isinstance(repairs, list) else []
-        with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp:
-            path = Path(tmp) / f"{resources['nbgrader']['notebook']}.ipynb"
-            nbformat.write(nb, path)
-            result = grade_notebook(path, aid, device=self.device)
+        graded = nbformat.writes(nb).encode()  # what is graded: the sanitised notebook, the repairs' notes left out
+        result = self.pregraded(aid, resources["nbgrader"]["student"], graded)
+        if result is None:
+            from autograder.grading.grade import grade_notebook
+            with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp:
+                path = Path(tmp) / f"{resources['nbgrader']['notebook']}.ipynb"
+                path.write_bytes(graded)  # as CollectForGrading writes it: the same bytes, the same result
+                result = grade_notebook(path, aid, device=self.device)
         if repairs:  # results.json's `output` and notes say them as `course grade` says its own; the page, one a line
             result["extra_data"]["notes"] = repairs + list(result["extra_data"].get("notes") or [])
             result["extra_data"]["repairs"] = repairs
@@ -145,6 +158,44 @@ class TrustedGrade(NbGraderPreprocessor):
             ]
         nb.metadata[RESULTS_KEY] = result  # written after sanitising: the submission cannot have set it
         resources.setdefault("course", {})["results"] = result
+        return nb, resources
+
+
+    def pregraded(self, aid, student, graded):
+        """The student's result in results_dir when it is the grading of `graded` (same bytes, whole assignment, the
+        same grader identity), without its bookkeeping; None otherwise."""
+        if not self.results_dir:
+            return None
+        import hashlib
+
+        from autograder.batch.run import _saved, grader_identity, grading_identity, same_grading
+        saved = _saved(Path(self.results_dir) / f"{student}.json")
+        identity = grading_identity(aid, hashlib.sha256(graded).hexdigest(), None, grader_identity(aid, self.device))
+        if not same_grading(saved, identity):
+            self.log.warning("student '%s': %s in %s; graded here", student, "the result is not this notebook's "
+                             "grading by this grader" if saved else "no pre-graded result", self.results_dir)
+            return None
+        saved["extra_data"].pop("grading")
+        self.log.info("student '%s': pre-graded result taken from %s", student, self.results_dir)
+        return saved
+
+
+class CollectForGrading(NbGraderPreprocessor):
+    """The first pass of a parallel nbgrader autograde: write each sanitised notebook, as TrustedGrade would grade
+    it, to `folder`/<student>/<notebook>.ipynb and score nothing (the only autograde preprocessor of that pass). `course grade
+    folder --results-dir DIR` then grades them on all cores or a cluster, and a second `nbgrader autograde --force`
+    with TrustedGrade.results_dir=DIR writes the gradebook from those results."""
+
+    folder = Unicode("", help="where the notebooks to grade are written").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        if not self.folder:
+            raise NbGraderException("CollectForGrading.folder is not set: name the folder the notebooks go to")
+        nb.metadata.pop(REPAIRS_KEY, None)
+        info = resources["nbgrader"]
+        out = Path(self.folder) / info["student"] / f"{info['notebook']}.ipynb"  # graded under TrustedGrade's name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(nbformat.writes(nb).encode())
         return nb, resources
 
 

@@ -102,6 +102,12 @@ class Zygote:
                     break  # the zygote is alive and still could not start it: no point retrying
         raise SandboxFailure("sandbox", f"the sandbox process could not be started: {self.last_error()}")
 
+    def ensure_started(self):
+        """Start the zygote now (a warm worker's), not at the first spawn; a running one is kept."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+
     def _start(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
         # its stderr (an import that fails, a monitor's traceback) goes to a file only the grader holds: the

@@ -1,0 +1,141 @@
+"""One grading task as a cluster worker runs it: notebook bytes in, a small JSON result out.
+
+A task carries the notebook's bytes, their sha256, the assignment and the coordinator's grader identity
+(autograder/batch/run.py grader_identity), never a path: the workers share no file system with the coordinator.
+A worker whose own grader identity differs (other code, solutions, course.yaml, torch or device) refuses the
+task rather than grade with other code. The worker only launches the per-submission sandbox, as `course grade`
+does; the student's code never runs in the worker's process.
+
+A worker is warmed once (WarmWorker, a Dask WorkerPlugin): its thread count set explicitly (Dask's nanny sets
+OMP_NUM_THREADS=1 in every worker), its GPU claimed, torch and the grader imported, the zygote started and the
+data read, so that a task pays for none of it.
+"""
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from distributed import WorkerPlugin
+
+STARTED = "course-grading-started"  # the Dask event topic a task logs as it starts grading (see scheduler.py)
+THREADS_ENV = "COURSE_WORKER_THREADS"  # the CPU threads of each grading on this worker (default: all its cores)
+GPU_LOCKS = Path(tempfile.gettempdir())
+_one_at_a_time = threading.Lock()  # pytest is not thread-safe: a worker started with --nthreads 2 still grades one
+_identities = {}
+_gpu_claim = None
+
+
+class GraderMismatch(RuntimeError):
+    """The worker's grader identity is not the coordinator's: it refuses to grade with other code."""
+
+
+def worker_threads():
+    """This worker's CPU threads per grading: $COURSE_WORKER_THREADS, else every core it may run on."""
+    from autograder.sandbox.grader_side import cpu_cores
+    value = os.environ.get(THREADS_ENV, "")
+    if value and not (value.isdigit() and int(value) > 0):
+        raise ValueError(f"{THREADS_ENV}={value!r}: expected a positive number of CPU threads")
+    return int(value) if value else cpu_cores()
+
+
+def claim_gpu():
+    """With several GPUs visible (a job running one worker per GPU), keep one: the first not claimed by another
+    worker of this machine (an flock held for the worker's life), as CUDA_VISIBLE_DEVICES, before CUDA starts."""
+    global _gpu_claim
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if len(visible) <= 1 or _gpu_claim is not None:
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+    job = os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID") or "local"
+    for device in visible:
+        lock = open(GPU_LOCKS / f"course-gpu-{job}-{device}.lock", "a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        _gpu_claim = lock  # held open: released when this worker ends
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+        return device
+    raise RuntimeError(f"all of CUDA_VISIBLE_DEVICES={','.join(visible)} are claimed by other workers on this "
+                       f"machine: start one worker per GPU (--nworkers equal to the GPUs of the job)")
+
+
+def warm(assignments=None):
+    """Everything a grading needs that does not depend on the submission, once per worker process."""
+    claim_gpu()
+    import torch
+    torch.set_num_threads(worker_threads())  # the grader's own reference computations use its share too
+    from autograder.course.config import load_course
+    from autograder.grading import grade  # noqa: F401  (pytest, the plugin, the checks)
+    from autograder.grading.experiments import data_source_of, harness
+    from autograder.sandbox.zygote import ZYGOTE
+    ZYGOTE.ensure_started()
+    for aid in assignments or load_course().assignments:
+        harness(aid)
+        if data_source_of(aid):
+            from autograder.course.mnist import load_mnist
+            load_mnist()  # read once: later readings come from the page cache (or the loader's own cache)
+
+
+class WarmWorker(WorkerPlugin):
+    """A Dask WorkerPlugin: warm() when the worker starts (registered by the coordinator, or by a site's
+    `dask worker --preload autograder.batch.task`)."""
+
+    name = "course-warm-worker"
+    idempotent = True  # registered again by each coordinator: warmed once
+
+    def __init__(self, assignments=None):
+        self.assignments = assignments
+
+    def setup(self, worker):
+        warm(self.assignments)
+
+
+def dask_setup(worker):
+    """`dask worker --preload autograder.batch.task`: warm the worker as it starts."""
+    warm()
+
+
+def identity_here(aid, device):
+    """This worker's grader identity for (assignment, device), computed once."""
+    from autograder.batch.run import grader_identity
+    if (aid, device) not in _identities:
+        _identities[aid, device] = grader_identity(aid, device)
+    return _identities[aid, device]
+
+
+def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
+    """The result of grading `notebook` (bytes; None for a submission that is no file) as JSON text.
+
+    Raises GraderMismatch when this worker's grader is not the coordinator's, and ValueError when the bytes
+    are not the ones the coordinator hashed."""
+    import socket
+
+    from autograder.batch.run import _grade
+    if notebook is not None and hashlib.sha256(notebook).hexdigest() != sha256:
+        raise ValueError(f"{name}: the notebook's bytes arrived with sha256 {hashlib.sha256(notebook).hexdigest()}, "
+                         f"the coordinator sent {sha256}")
+    here = identity_here(aid, device)
+    if here != grader:
+        raise GraderMismatch(f"the worker on {socket.gethostname()} (pid {os.getpid()}) has grader identity "
+                             f"{here[:12]} for {aid} on {device}, the coordinator {grader[:12]}: install the same "
+                             f"course (code, solutions, course.yaml, release) and torch on the workers, or pass "
+                             f"--device explicitly; nothing was graded with other code")
+    with _one_at_a_time, tempfile.TemporaryDirectory(prefix="course-task-") as tmp:
+        from distributed import get_worker
+        worker = get_worker()
+        worker.log_event(STARTED, {"key": str(worker.get_current_task()), "name": name})
+        path = Path(tmp) / filename
+        if notebook is not None:
+            path.write_bytes(notebook)
+        result = _grade(name, path, aid, items, device, worker_threads())
+    return json.dumps(result)
+
+
+def resolved_device(device):
+    """What `device` means on this worker ('auto': cuda where it has a GPU)."""
+    from autograder.grading.experiments import resolve_device
+    return resolve_device(device)
