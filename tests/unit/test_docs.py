@@ -52,7 +52,13 @@ def code_lines(text):
         elif fenced or (line.startswith("    ") and line.strip() and (not previous.strip() or previous in lines)):
             lines.append(line)
         previous = line
-    return lines
+    joined = []  # a shell line continued with a trailing backslash is one command
+    for line in lines:
+        if joined and joined[-1].endswith("\\"):
+            joined[-1] = joined[-1][:-1] + " " + line.strip()
+        else:
+            joined.append(line)
+    return joined
 
 
 def inline_code(text):
