@@ -1,0 +1,45 @@
+"""The README's main command as a newcomer meets it: `course demo` in a fresh copy of the repository with nothing
+beside it (no ../shared) and no network, and the same with MNIST missing.
+
+The copy's experiments are cut to a few steps (tests/first_run.py shorten): the pipeline is the demo's own, its
+trainings take seconds. The full-length demo is the README's command; its figures are course.yaml's.
+"""
+import re
+
+import pytest
+
+from autograder.course.config import load_course
+from tests.first_run import course, fresh_clone, shorten
+
+pytestmark = [pytest.mark.grading, pytest.mark.slow]
+AIDS = list(load_course().assignments)
+
+
+def test_the_main_command_grades_every_assignment_offline_with_the_repositorys_mnist(tmp):
+    clone = fresh_clone(tmp)
+    assert not (clone.parent / "shared").exists()
+    shorten(clone)
+    run = course(clone, "demo", "--device", "cpu", network=False)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    assert f"MNIST: the 10,000-image test split in {clone / 'data' / 'mnist'}" in run.stdout
+    assert "Traceback" not in out and "grader error" not in run.stdout
+    for aid in AIDS:
+        assert f"2. {aid}: example submissions" in run.stdout
+    # the complete submission's row of each assignment's table shows a score, never the grader's failure
+    assert len(re.findall(r"^complete\b.*\d", run.stdout, re.MULTILINE)) == len(AIDS), run.stdout
+
+
+def test_a_missing_mnist_is_one_line_with_its_fix_and_exit_3(tmp):
+    clone = fresh_clone(tmp)
+    shorten(clone)
+    (tmp / "empty").mkdir()
+    run = course(clone, "demo", "--device", "cpu", network=False, env={"COURSE_MNIST_DIR": str(tmp / "empty")})
+    out = run.stdout + run.stderr
+    assert run.returncode == 3, out[-4000:]
+    assert "Traceback" not in out
+    assert "grader error" in run.stdout
+    causes = [line for line in out.splitlines() if "MNIST not found" in line]
+    assert len(causes) == 1, "\n".join(causes)  # once for the batch, not once per submission
+    assert str(tmp / "empty") in causes[0] and "COURSE_MNIST_DIR" in causes[0]
+    assert re.search(r"grader-errors\.log", out), "the line names the log file holding the tracebacks"
