@@ -164,7 +164,9 @@ def oracle_without_mask(expr, at_load=""):
 BUILT = "getattr(F, 'scaled_dot_' + 'product_attention')"  # no oracle name in the code: the static scan sees nothing
 FROM_SCRATCH = r"uses scaled_dot_product_attention; this item is written from scratch"
 WRONG_SDPA = ("/ math.sqrt(d_k)", "")
-WRONG_LOST = {SDPA: 3, "manual_multihead": 2}  # values and gradients; manual_multihead uses the same attention
+# values and gradients; manual_multihead, which calls the same attention, loses nothing: it is graded again with the
+# reference scaled_dot_product_attention standing in (dependencies: independent), so a mistake costs points once
+WRONG_LOST = {SDPA: 3, "manual_multihead": 0}
 SOLUTIONS = ROOT / "solutions" / f"{AID}.py"
 SUITE = ROOT / "autograder" / "suites" / f"{AID}.py"
 
@@ -350,7 +352,7 @@ CORPUS = [
          {MMD: 3}, r"(FileNotFoundError|No such file|UnpicklingError)", isolated=True),
     case("mutates_the_grader_inputs_in_place", replace(SDPA, "    d_k = Q.size(-1)\n",
                                                        "    d_k = Q.size(-1)\n    Q.data.zero_()\n"),
-         {SDPA: 3, "manual_multihead": 2}, r"max \|out"),
+         WRONG_LOST, r"max \|out"),
     # --- the grader's waits, disk and processes ---------------------------------------------------------
     case("chatters_on_the_channel_forever", prepend_body(
         MMD, "import os\nwhile True:\n    for fd in range(3, 64):\n        try:\n"

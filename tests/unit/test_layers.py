@@ -120,3 +120,11 @@ def test_student_side_imports_nothing_of_the_grader():
         outside = {m for m in imported(path) if not m.startswith("autograder.sandbox.child")}
         assert not outside, \
             f"{path.relative_to(ROOT)} imports the grader ({sorted(outside)}): the student's process must not"
+
+
+def test_no_grader_module_over_500_lines():
+    """One job per file: a module past 500 lines holds more than one (the hidden suites excepted: a suite is one
+    assignment's checks)."""
+    long = {name: n for name, path in grader_modules().items() if ".suites." not in name
+            and (n := len(path.read_text().splitlines())) > 500}
+    assert not long, f"split these by job: {long}"
