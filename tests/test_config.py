@@ -194,7 +194,8 @@ def test_the_type_checkers_limit_overrides_are_limits_fields():
     import ast
 
     from autograder.course import config
-    tree = ast.parse(open(config.__file__).read())
+    with open(config.__file__) as source:
+        tree = ast.parse(source.read())
     spelled = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "LimitOverrides")
     fields = {s.target.id: ast.unparse(s.annotation) for s in spelled.body if isinstance(s, ast.AnnAssign)}
     expected = {name: f"{f.annotation.__name__} | None" for name, f in config.Limits.model_fields.items()

@@ -148,9 +148,9 @@ def test_a_memory_blow_up_is_killed_with_a_message():
     ("import ctypes\n    ctypes.string_at(0)", "SIGSEGV"),
 ])
 def test_exits_and_crashes_are_reported_not_fatal(body, words):
-    with sandbox_of(("boom", f"def boom():\n    {body}\n")) as sb:
-        with pytest.raises((SandboxFailure, StudentRaised), match=words):
-            ask(sb, "boom")
+    with sandbox_of(("boom", f"def boom():\n    {body}\n")) as sb, \
+            pytest.raises((SandboxFailure, StudentRaised), match=words):
+        ask(sb, "boom")
 
 
 def test_printed_output_is_cut_at_the_limit():
@@ -235,9 +235,8 @@ def test_a_sandbox_that_isolates_nothing_is_refused_unless_allowed(monkeypatch):
     monkeypatch.setattr(sandbox, "can_isolate", lambda: False)
     monkeypatch.setattr(sandbox, "can_contain", lambda: False)
     monkeypatch.delenv("COURSE_ALLOW_UNISOLATED", raising=False)
-    with pytest.raises(SandboxFailure, match="--allow-unisolated") as e:
-        with sandbox_of(("setup_a", "x = 1")):
-            pass
+    with pytest.raises(SandboxFailure, match="--allow-unisolated") as e, sandbox_of(("setup_a", "x = 1")):
+        pass
     assert e.value.kind == "sandbox"
     with sandbox_of(("setup_a", "x = 1"), limits=LIMITS.model_copy(update={"allow_unisolated": True})) as sb:
         assert sb.isolation == "process"
@@ -260,9 +259,9 @@ def test_a_hanging_cell_costs_its_own_limit_not_the_whole_notebooks():
 
 
 def test_input_gets_end_of_file_instead_of_waiting():
-    with sandbox_of(("ask_user", "def ask_user():\n    return input('name? ')\n")) as sb:
-        with pytest.raises(StudentRaised, match="EOFError"):
-            ask(sb, "ask_user")
+    with sandbox_of(("ask_user", "def ask_user():\n    return input('name? ')\n")) as sb, \
+            pytest.raises(StudentRaised, match="EOFError"):
+        ask(sb, "ask_user")
 
 
 def test_tensors_come_back_as_data_with_their_device_and_dtype():
@@ -355,9 +354,9 @@ def test_a_sandbox_that_cannot_start_names_the_cause(monkeypatch):
     monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
     monkeypatch.setattr(zygote, "import_path", lambda: ["/nonexistent-course-path"])
     try:
-        with pytest.raises(SandboxFailure, match="ModuleNotFoundError: No module named 'numpy'") as e:
-            with sandbox_of(("setup_a", "x = 1")):
-                pass
+        with pytest.raises(SandboxFailure, match="ModuleNotFoundError: No module named 'numpy'") as e, \
+                sandbox_of(("setup_a", "x = 1")):
+            pass
         assert e.value.kind == "sandbox"
     finally:
         if sandbox.ZYGOTE.proc is not None:

@@ -68,7 +68,7 @@ def check_device(name: str, ref: str | torch.device, got: Any) -> None:
 def _where(index: Any, dims: Any) -> str:
     if dims is None:
         return "at index " + str(tuple(index))
-    labels = [f"{d} {i}" for d, i in zip(dims, index) if d]
+    labels = [f"{d} {i}" for d, i in zip(dims, index, strict=False) if d]
     return "at " + ", ".join(labels) if labels else ""
 
 
@@ -126,7 +126,7 @@ def _compare_params(name: str, expected: str, got: Any) -> None:
     want = parse_signature(expected)
     names = [p[0] for p in got]
     variadic = any(p[1] in ("VAR_POSITIONAL", "VAR_KEYWORD") for p in got)
-    for k, (pname, default) in enumerate(want):
+    for k, (pname, _default) in enumerate(want):
         if k < len(got) and got[k][0] == pname:
             continue
         if variadic and pname not in names:

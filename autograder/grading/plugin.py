@@ -13,10 +13,10 @@ A suite imports from this module and autograder.grading.checks only. PYTEST_DONT
 import importlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable, Optional
 
 import pytest
 import torch
@@ -73,16 +73,16 @@ def reference(aid: str) -> SimpleNamespace:
 class Settings:
     """What one graded session is asked to do (the command line's options, or grade_notebook's arguments)."""
     submission: Path
-    assignment: Optional[str] = None     # None: from the suite's file name, test_<id>.py
+    assignment: str | None = None     # None: from the suite's file name, test_<id>.py
     device: str = "auto"                 # auto: course.yaml's device
-    items: Optional[list] = None         # grade only these items
+    items: list | None = None         # grade only these items
     experiments: bool = True
-    limits: Optional[dict] = None        # overrides of course.yaml's limits, e.g. {"item_seconds": 5}
-    threads: Optional[int] = None        # the sandbox's CPU threads, when several submissions share the cores
-    log: Optional[Callable] = None       # called with each item's name as its first test starts
-    results_json: Optional[Path] = None  # where to write results.json
+    limits: dict | None = None        # overrides of course.yaml's limits, e.g. {"item_seconds": 5}
+    threads: int | None = None        # the sandbox's CPU threads, when several submissions share the cores
+    log: Callable | None = None       # called with each item's name as its first test starts
+    results_json: Path | None = None  # where to write results.json
     failed_elsewhere: frozenset = frozenset()  # grade_within_budget: items failed in its earlier sessions
-    budget_end: Optional[float] = None         # ... and its time.monotonic() end (a regrade uses only the slack)
+    budget_end: float | None = None         # ... and its time.monotonic() end (a regrade uses only the slack)
 
 
 # --- command line, markers and fixtures ----------------------------------------------------------

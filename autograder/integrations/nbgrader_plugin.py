@@ -90,7 +90,7 @@ class CourseAutograde(Autograde):
                 continue
             self.file_notes.setdefault(name, []).append(
                 f"the notebook was submitted as '{Path(p).name}'; it was graded as {name}.ipynb")
-        for name, path in found.items():
+        for _name, path in found.items():
             nb, error = read_notebook(path)
             if nb is None:
                 self.stop(f"student '{student}': not graded: {error}")

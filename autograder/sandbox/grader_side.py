@@ -261,11 +261,11 @@ class Sandbox:
         try:
             tensors = unpack(answer.get("blob"))
         except Exception as e:  # bytes the student forged are a wrong answer, not a grader crash
-            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})")
+            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})") from e
         try:
             return from_student(answer.get("value"), tensors)
         except (KeyError, TypeError, AttributeError) as e:
-            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})")
+            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})") from e
 
     def output(self):
         return self.tap.take()

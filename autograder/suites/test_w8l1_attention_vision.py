@@ -103,7 +103,7 @@ def test_mse_gradients(student, rng):
         _, grads = student.grad("mse_loss", (a, b), wrt=[0, 1], upstream=[up])
         leaves = [t.clone().requires_grad_(True) for t in (a, b)]
         expected = torch.autograd.grad(F.mse_loss(*leaves) * up, leaves)
-        for name, e, got in zip(("d/dx_hat", "d/dx"), expected, grads):
+        for name, e, got in zip(("d/dx_hat", "d/dx"), expected, grads, strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[2:]} ({label})")
             check_close(name, e, got, atol=tol(student, a.dtype), oracle="autograd through F.mse_loss", case=student.label)
@@ -839,7 +839,8 @@ def test_context_gradients(student, rng):
         leaves = [t.clone().requires_grad_(True) for t in (scores, H)]
         ref_c, ref_alpha = context_oracle(*leaves, mask)
         expected = torch.autograd.grad((ref_c * up_c).sum() + (ref_alpha * up_a).sum(), leaves)
-        for name, e, got, dims in zip(("d/dscores", "d/dH"), expected, grads, (SCORE_DIMS, SCORE_DIMS + ("unit",))):
+        for name, e, got, dims in zip(("d/dscores", "d/dH"), expected, grads, (SCORE_DIMS, SCORE_DIMS + ("unit",)),
+                                  strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[2:]} ({label})")
             check_close(name, e, got, atol=1e-4 if H.dtype == torch.float32 else 1e-9,

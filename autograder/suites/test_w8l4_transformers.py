@@ -141,7 +141,7 @@ def test_attention_gradients(student, rng):
         (Z, _), grads = student.grad("attention", (Q, K, V, mask), wrt=[0, 1, 2], upstream=[up, None])
         leaves = [t.clone().requires_grad_(True) for t in (Q, K, V)]
         expected = torch.autograd.grad((attention_oracle(*leaves, mask, blocked=True)[0] * up).sum(), leaves)
-        for name, e, got in zip(("dQ", "dK", "dV"), expected, grads):
+        for name, e, got in zip(("dQ", "dK", "dV"), expected, grads, strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[1]} ({label})")
             check_close(name, e, got, atol=tol(student, Q.dtype, "gradients"),
@@ -221,7 +221,7 @@ def oracle_mha(state, prefix, d, h, bias, dtype=torch.float32):
         mha.load_state_dict({k: v.to(dtype) for k, v in sd.items()})
     except RuntimeError as e:
         raise Fail(f"{owner}'s W^Q, W^K, W^V, W^O do not have the shapes of nn.Linear({d}, {d}): "
-                   f"{str(e).splitlines()[-1][:200]}")
+                   f"{str(e).splitlines()[-1][:200]}") from e
     return mha
 
 
@@ -382,7 +382,7 @@ def test_mha_gradients(student, rng):
         leaves = [t.clone().requires_grad_(True) for t in ((x_q, x_kv) if cross else (x_q,))]
         ref_out, _ = mha_oracle(mha, leaves[0], leaves[-1], mask, h)
         expected = torch.autograd.grad((ref_out * up).sum(), leaves)
-        for name, e, got in zip(("d x_q", "d x_kv"), expected, grads):
+        for name, e, got in zip(("d x_q", "d x_kv"), expected, grads, strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[2:]} ({label})")
             check_close(name, e, got, atol=tol(student, dtype, "gradients"),
@@ -456,7 +456,7 @@ def small_offset(draw):
 @pytest.mark.item("offset_matrix", "values")
 @smallest_case(function_search("offset_matrix", small_offset, ref.offset_matrix, ("M_k",), ("k", "d_emb")))
 def test_offset_values(student, rng):
-    for d, k in zip([16, 8, 2 * randint(rng, 2, 12), 32, 6], offset_ks(rng)):
+    for d, k in zip([16, 8, 2 * randint(rng, 2, 12), 32, 6], offset_ks(rng), strict=True):
         label = f"offset_matrix({k}, {d})"
         student.case(label)
         M = student.call("offset_matrix", k, d)
@@ -585,7 +585,7 @@ def load_oracle(layer, sd, owner):
     try:
         layer.load_state_dict(sd)
     except RuntimeError as e:
-        raise Fail(f"{owner}'s weights do not fit {type(layer).__name__}: {str(e).splitlines()[-1][:200]}")
+        raise Fail(f"{owner}'s weights do not fit {type(layer).__name__}: {str(e).splitlines()[-1][:200]}") from e
     return layer  # left in train mode (dropout 0): PyTorch's fused eval path would zero padded rows
 
 
@@ -711,7 +711,8 @@ def test_dec_shapes(student, rng):
     student.case("DecoderLayer(32, 4, 64), y (2, 6, 32), memory (2, 9, 32), causal mask")
     out = check_tuple("DecoderLayer.forward", 3, student.method(layer, "forward", randn(rng, 2, 6, 32), randn(rng, 2, 9, 32),
                                                           causal_mask=tri(6)))
-    for name, want_shape, t in zip(("y", "A_self", "A_cross"), [(2, 6, 32), (2, 4, 6, 6), (2, 4, 6, 9)], out):
+    for name, want_shape, t in zip(("y", "A_self", "A_cross"), [(2, 6, 32), (2, 4, 6, 6), (2, 4, 6, 9)], out,
+                                   strict=False):
         check_tensor(name, torch.empty(want_shape), t, device=student.device)
 
 
@@ -727,7 +728,8 @@ def test_dec_values(student, rng):
             expected = decoder_oracle(oracle, y, mem, cmask, mmask, h)
         for name, e, t, dims, what in zip(("y", "A_self", "A_cross"), expected, got, (SEQ_DIMS, ATTN_DIMS, ATTN_DIMS),
                                           ("nn.TransformerDecoderLayer (post-norm, ReLU)", "the self-attention weights",
-                                           "the cross-attention weights (queries from LN1(y + SelfAttn))")):
+                                           "the cross-attention weights (queries from LN1(y + SelfAttn))"),
+                                          strict=False):
             check_close(name, e, t, atol=tol(student, y.dtype) * 10, oracle=what, dims=dims, case=label)
 
 
@@ -792,15 +794,15 @@ def matched_reference(student, model, rng, kwargs):
         theirs = [(name, state[name]) for name, _ in ours]
     got_shapes, want_shapes = [tuple(v.shape) for _, v in theirs], [tuple(p.shape) for _, p in ours]
     if got_shapes != want_shapes:
-        k = next((i for i, (u, w) in enumerate(zip(got_shapes, want_shapes)) if u != w), min(map(len, (got_shapes,
-                                                                                                   want_shapes))))
+        k = next((i for i, (u, w) in enumerate(zip(got_shapes, want_shapes, strict=False)) if u != w),
+                 min(len(got_shapes), len(want_shapes)))
         got_k = f"'{theirs[k][0]}' of shape {got_shapes[k]}" if k < len(theirs) else "nothing"
         want_k = f"'{ours[k][0]}' of shape {want_shapes[k]}" if k < len(ours) else "nothing"
         raise Fail(f"the Transformer's parameters do not line up with the reference's ({len(theirs)} tensors, expected "
                    f"{len(ours)}: src_emb, tgt_emb, encoder layers, decoder layers, out, in that order); parameter "
                    f"{k} is {got_k}, expected {want_k}")
     with torch.no_grad():
-        for (_, p), (_, v) in zip(ours, theirs):
+        for (_, p), (_, v) in zip(ours, theirs, strict=True):
             p.copy_(v)
     return reference
 
@@ -936,11 +938,11 @@ def test_batch_properties(student, rng):
     student.case(f"make_batch({B}, {L_min}, {L_max}, gen) twice with the same seed {seed}, global RNG state changed")
     student.seed += 1
     again = student.call("make_batch", B, L_min, L_max, Seeded(seed))
-    check_true(all(torch.equal(a, b) for a, b in zip((src, tgt_in, tgt, lens), again)),
+    check_true(all(torch.equal(a, b) for a, b in zip((src, tgt_in, tgt, lens), again, strict=False)),
                "the same generator seed gave a different batch: draw every random number from `gen`, "
                "not from the global RNG")
     other = student.call("make_batch", B, L_min, L_max, Seeded(seed + 7))
-    check_true(not all(torch.equal(a, b) for a, b in zip((src, lens), other[::3])),
+    check_true(not all(torch.equal(a, b) for a, b in zip((src, lens), other[::3], strict=False)),
                f"generators seeded {seed} and {seed + 7} gave the same batch")
 
 

@@ -4,6 +4,7 @@ Messages and values as protocol.py defines them (helpers.PROTOCOL); each request
 processes end with its answer.
 """
 import builtins
+import contextlib
 import errno
 import json
 import os
@@ -118,10 +119,8 @@ class Server:
     @staticmethod
     def flush_output():
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(BaseException):  # the student may have replaced or closed them
                 stream.flush()
-            except BaseException:  # noqa: BLE001 -- the student may have replaced or closed them
-                pass
 
     def limit_reached(self, e):
         """(reason, restart?) when the exception is the sandbox's disk or process limit biting."""
@@ -136,10 +135,8 @@ class Server:
         """Processes the student's code started during a request end with it (a fresh uid: all are the student's)."""
         if not self.cfg["isolate"]:
             return
-        try:
+        with contextlib.suppress(OSError):
             os.kill(-1, 9)  # every process of this uid (of this PID namespace) but this one, forks in flight too
-        except OSError:
-            pass
         # Reap what was killed (as a namespace's init, orphans too): a zombie still counts against the process
         # limit, and one killed a moment ago is not a zombie yet. Bounded: something that will not die in a second
         # is left to the next request's reaping.
@@ -212,11 +209,12 @@ class Server:
         torch.manual_seed(msg.get("seed", 0))
         try:
             grad = msg.get("grad")
-            with self.tripwire.checking(msg.get("watch", [])) as watched:  # a student's backward counts too
-                with torch.enable_grad() if grad else torch.no_grad():
-                    value = fn(*args, **kwargs)
-                    if grad:
-                        value = self.backward(value, args, grad, tensors)
+            # a student's backward counts too
+            with self.tripwire.checking(msg.get("watch", [])) as watched, \
+                    torch.enable_grad() if grad else torch.no_grad():
+                value = fn(*args, **kwargs)
+                if grad:
+                    value = self.backward(value, args, grad, tensors)
         finally:
             restore_builtins()
         return self.watched_reply(value, msg, watched)
@@ -225,7 +223,7 @@ class Server:
         """d(sum_i <out_i, upstream_i>)/d(args[j]) for the requested args, next to the outputs."""
         torch = self.torch
         outs = value if isinstance(value, (tuple, list)) else (value,)
-        pairs = [(o, tensors[u]) for o, u in zip(outs, grad["upstream"]) if u is not None]
+        pairs = [(o, tensors[u]) for o, u in zip(outs, grad["upstream"], strict=False) if u is not None]
         for o, _ in pairs:
             if not isinstance(o, torch.Tensor) or not o.requires_grad:
                 raise StudentError("the output does not carry a gradient (was it detached, or computed under no_grad?)")
