@@ -132,7 +132,8 @@ def grader_identity(aid, device="auto"):
              "course": course.model_dump(mode="json", exclude={"path", "assignments"}),
              "assignment": course.assignment(aid).model_dump(mode="json"),
              "release": file_digest(released) if released.is_file() else "", "libraries": libraries(),
-             "device": device if device in ("cpu", "cuda") else resolve_device(course.device), "data": data_source_of(aid)}
+             "device": device if device in ("cpu", "cuda") else resolve_device(course.device),
+             "data": data_source_of(aid)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 

@@ -72,8 +72,8 @@ def _where(index: Any, dims: Any) -> str:
     return "at " + ", ".join(labels) if labels else ""
 
 
-def check_close(name: str, ref: torch.Tensor, got: Any, atol: float = 1e-5, rtol: float = 1e-5, oracle: str | None = None,
-                dims: Sequence[str] | None = None, case: str | None = None,
+def check_close(name: str, ref: torch.Tensor, got: Any, atol: float = 1e-5, rtol: float = 1e-5,
+                oracle: str | None = None, dims: Sequence[str] | None = None, case: str | None = None,
                 mistakes: Mapping[str, torch.Tensor] | None = None) -> None:
     """Values agree: max |got - ref| within atol + rtol |ref|; the message names the worst entry.
 
@@ -111,7 +111,8 @@ def check_number(name: str, ref: float, got: Any, tol: float = 1e-6) -> None:
 def check_signature(name: str, expected: str, info: Any, methods: Mapping[str, str] | None = None) -> None:
     """The spec's parameters are there, in order, with their defaults; extra optional ones are allowed."""
     if not isinstance(info, dict) or info.get("kind") not in ("function", "class"):
-        raise Fail(f"'{name}' is not a function or class (it is {info.get('kind') if isinstance(info, dict) else info})")
+        kind = info.get("kind") if isinstance(info, dict) else info
+        raise Fail(f"'{name}' is not a function or class (it is {kind})")
     _compare_params(name, expected, info.get("params"))
     for method, sig in (methods or {}).items():
         got = (info.get("methods") or {}).get(method)
@@ -215,7 +216,8 @@ def attention_oracle(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: to
 
 
 def sinusoid_table(max_len: int, d: int) -> torch.Tensor:
-    """The positional-encoding table in float64, from the formula: PE[pos, j] = sin or cos(pos / 10000^((j - j % 2) / d))."""
+    """The positional-encoding table in float64, from the formula:
+    PE[pos, j] = sin or cos(pos / 10000^((j - j % 2) / d))."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     j = torch.arange(d, dtype=torch.float64)[None, :]  # (1, d)
     angle = pos / 10000 ** ((j - j % 2) / d)  # (max_len, d): columns 2i and 2i + 1 share a frequency

@@ -52,9 +52,9 @@ def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, d
     student's process's CPU threads (set when several submissions are graded at once). `failed_elsewhere` and
     `budget_end`: for a submission graded in several sessions within a time budget (plugin.Settings).
     """
-    grading = Grading(Settings(submission=Path(path), assignment=aid, device=device, items=items, experiments=experiments,
-                               limits=limits, threads=threads, log=log, failed_elsewhere=frozenset(failed_elsewhere),
-                               budget_end=budget_end))
+    grading = Grading(Settings(submission=Path(path), assignment=aid, device=device, items=items,
+                               experiments=experiments, limits=limits, threads=threads, log=log,
+                               failed_elsewhere=frozenset(failed_elsewhere), budget_end=budget_end))
     code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
     if grading.grader_error or code == GRADER_FAILED:
         raise GraderError(grading.grader_error or "the grading session failed") from grading.grader_exception

@@ -41,7 +41,8 @@ from autograder.grading.student import Student
 from autograder.notebooks.cells import load_student_code, restore_setup_cells
 from autograder.sandbox.grader_side import Fresh, Opaque, Remote, Sandbox, SandboxFailure, Seeded, StudentRaised
 
-__all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "suite_path", "suite_checks", "Settings", "Grading", "GRADER_FAILED"]
+__all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "suite_path", "suite_checks", "Settings", "Grading",
+           "GRADER_FAILED"]
 
 GRADER_FAILED = 70  # a session's exit code when the grader itself failed (EX_SOFTWARE): nothing was scored, rerun
 GRADING = pytest.StashKey["Grading"]()  # the session's Grading in config.stash; absent when nothing is graded
@@ -109,7 +110,8 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     if grading_of(config) is None and any(t.get_closest_marker("item") for t in items):
-        raise pytest.UsageError("these are hidden grading checks: name the notebook to grade with --submission NOTEBOOK")
+        raise pytest.UsageError("these are hidden grading checks: "
+                                "name the notebook to grade with --submission NOTEBOOK")
 
 
 def grading_of(config):
@@ -416,7 +418,8 @@ class Grading:
             return e and str(e)  # run_generated has stored the experiment's own outcome
         outcome = self.outcomes[(name, kind)]
         if e is None:
-            output = "ok" if kind != "exists" else f"'{name}' exists with signature {self.assignment.items[name].signature}"
+            signature = self.assignment.items[name].signature
+            output = "ok" if kind != "exists" else f"'{name}' exists with signature {signature}"
         elif isinstance(e, Fail):
             output = str(e) + (f" (case: {label})" if label and label not in str(e) else "")
             if kind == "exists":
@@ -426,7 +429,8 @@ class Grading:
         elif isinstance(e, SandboxFailure) and e.kind != "sandbox":  # "sandbox": the grader's own process failed
             output = f"'{name}' {e}{on_case}"
             if e.kind == "timeout":
-                state.problem = f"'{name}' ran out of its {self.course.limits_for(self.aid, name).item_seconds:g} s time limit"
+                seconds = self.course.limits_for(self.aid, name).item_seconds
+                state.problem = f"'{name}' ran out of its {seconds:g} s time limit"
             elif e.kind == "memory":
                 state.problem = f"an earlier check {e.kind}: {e}"
         elif isinstance(e, UNUSABLE) and self.asked_student():  # before any answer, it can only be the suite's

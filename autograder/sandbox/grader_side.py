@@ -171,7 +171,8 @@ class Sandbox:
                 self.request("harness", STARTUP_SECONDS, module=module, source=source)
             except (StudentRaised, SandboxFailure) as e:
                 self.kill()
-                raise SandboxFailure("sandbox", f"the harness '{module}' could not be loaded in the sandbox: {e}") from e
+                raise SandboxFailure("sandbox",
+                                     f"the harness '{module}' could not be loaded in the sandbox: {e}") from e
         self._load_cells()
 
     def _load_cells(self):

@@ -169,8 +169,9 @@ def monitor(cfg, fds):
 
 # Not torchvision: the notebooks import it only to download MNIST (never inside a sandbox), and it costs 1.7 s of
 # CPU (it pulls in torch._dynamo) for every grader process that starts a zygote.
-PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransformer2", "ipywidgets", "scipy.linalg", "math",
-           "random", "inspect", "types", "json", "typing", "dataclasses", "collections", "itertools", "functools")
+PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransformer2", "ipywidgets", "scipy.linalg",
+           "math", "random", "inspect", "types", "json", "typing", "dataclasses", "collections", "itertools",
+           "functools")
 
 
 def zygote(control_fd, import_path=None):

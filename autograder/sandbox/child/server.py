@@ -172,7 +172,8 @@ class Server:
         try:
             helpers.STATE.assign_state(module, values)
         except helpers.STATE.StateMismatch as e:
-            raise StudentError(f"parameters and buffers have shapes {e.module_shapes}, expected {e.value_shapes}") from None
+            raise StudentError(f"parameters and buffers have shapes {e.module_shapes}, "
+                               f"expected {e.value_shapes}") from None
 
     def target(self, msg):
         """What a request names: a module by handle (or one of its methods), else a name of the notebook's."""
