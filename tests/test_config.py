@@ -115,7 +115,8 @@ def experiment(threshold):
 @pytest.mark.parametrize("bound, value, holds", [
     ({"min": 0.9}, 0.95, True), ({"min": 0.9}, 0.9, True), ({"min": 0.9}, 0.8999, False),
     ({"max": 0.025}, 0.02, True), ({"max": 0.025}, 0.025, True), ({"max": 0.025}, 0.0251, False),
-    ({"min": 0.1, "max": 0.2}, 0.15, True), ({"min": 0.1, "max": 0.2}, 0.1, True), ({"min": 0.1, "max": 0.2}, 0.2, True),
+    ({"min": 0.1, "max": 0.2}, 0.15, True), ({"min": 0.1, "max": 0.2}, 0.1, True),
+    ({"min": 0.1, "max": 0.2}, 0.2, True),
     ({"min": 0.1, "max": 0.2}, 0.05, False), ({"min": 0.1, "max": 0.2}, 0.25, False),
     ({"min": 0.9}, float("nan"), False), ({"max": 0.025}, float("nan"), False),
     ({"min": 0.9}, float("inf"), True), ({"max": 0.025}, float("inf"), False), ({"min": 0.9}, -float("inf"), False),

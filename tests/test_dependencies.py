@@ -24,7 +24,8 @@ AIDS = list(COURSE.assignments)
 
 # The graph as the reference code has it today: a change to a solution that adds or drops a call shows here first.
 GRAPH = {
-    "w8l1_attention_vision": {"train_linear_ae": {"LinearAE"}, "spatial_attention": {"score_general", "attention_context"}},
+    "w8l1_attention_vision": {"train_linear_ae": {"LinearAE"},
+                              "spatial_attention": {"score_general", "attention_context"}},
     "w8l4_transformers": {"MultiHeadAttention": {"attention"}, "EncoderLayer": {"MultiHeadAttention", "FeedForward"},
                           "DecoderLayer": {"MultiHeadAttention", "FeedForward", "causal_mask"},
                           "Transformer": {"EncoderLayer", "DecoderLayer", "positional_encoding", "causal_mask"},

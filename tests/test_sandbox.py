@@ -124,7 +124,8 @@ def test_out_of_memory_the_kernel_picks_the_students_process_not_the_grader():
 
 
 def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
-    with sandbox_of(("spin", "def spin():\n    while True:\n        pass\n"), ("ok", "def ok():\n    return 7\n")) as sb:
+    with sandbox_of(("spin", "def spin():\n    while True:\n        pass\n"),
+                    ("ok", "def ok():\n    return 7\n")) as sb:
         t0 = time.monotonic()
         with pytest.raises(SandboxFailure, match="time limit") as e:
             ask(sb, "spin", seconds=2)
@@ -154,7 +155,8 @@ def test_exits_and_crashes_are_reported_not_fatal(body, words):
 
 
 def test_printed_output_is_cut_at_the_limit():
-    with sandbox_of(("noisy", "def noisy():\n    for _ in range(20000):\n        print('x' * 1000)\n    return 1\n")) as sb:
+    with sandbox_of(("noisy", "def noisy():\n    for _ in range(20000):\n        print('x' * 1000)\n"
+                              "    return 1\n")) as sb:
         assert ask(sb, "noisy", seconds=30) == 1
         text = sb.output()
         assert len(text) < 6000 and "more bytes of output cut" in text
@@ -253,7 +255,8 @@ def test_a_hanging_cell_costs_its_own_limit_not_the_whole_notebooks():
     """Nine quick cells, then one that hangs: it is stopped at setup_seconds (2 s), not at the load's whole
     budget (2 s times a quarter of the ten cells, rounded up: 6 s)."""
     quick = [(f"quick{k}", f"def quick{k}():\n    return {k}\n") for k in range(9)]
-    with sandbox_of(*quick, ("hang", "while True:\n    pass\n"), limits=LIMITS.model_copy(update={"setup_seconds": 2})) as sb:
+    with sandbox_of(*quick, ("hang", "while True:\n    pass\n"),
+                    limits=LIMITS.model_copy(update={"setup_seconds": 2})) as sb:
         assert "within 2 s (time limit)" in sb.load_errors["hang"], sb.load_errors
         assert ask(sb, "quick8") == 8
 
@@ -274,7 +277,8 @@ def test_tensors_come_back_as_data_with_their_device_and_dtype():
 
 def test_a_state_dict_longer_than_a_screen_comes_back_whole():
     """A 2 + 2 layer Transformer has 89 state tensors: none may be dropped on the way back."""
-    with sandbox_of(("many", "import torch\ndef many():\n    return [torch.full((2,), float(i)) for i in range(150)]\n")) as sb:
+    with sandbox_of(("many", "import torch\n"
+                             "def many():\n    return [torch.full((2,), float(i)) for i in range(150)]\n")) as sb:
         out = ask(sb, "many")
         assert len(out) == 150 and out[-1].tolist() == [149.0, 149.0]
 

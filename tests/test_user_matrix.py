@@ -1,4 +1,5 @@
-"""What users run, on each assignment: the verbs of README.md and docs/, in their cheap forms, where no other test runs them.
+"""What users run, on each assignment: the verbs of README.md and docs/, in their cheap forms, where no other test
+runs them.
 
 What tests/ covers, verb x assignment (this file adds the cells marked *here*):
 

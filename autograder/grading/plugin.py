@@ -418,8 +418,8 @@ class Grading:
             return e and str(e)  # run_generated has stored the experiment's own outcome
         outcome = self.outcomes[(name, kind)]
         if e is None:
-            signature = self.assignment.items[name].signature
-            output = "ok" if kind != "exists" else f"'{name}' exists with signature {signature}"
+            output = ("ok" if kind != "exists"
+                      else f"'{name}' exists with signature {self.assignment.items[name].signature}")
         elif isinstance(e, Fail):
             output = str(e) + (f" (case: {label})" if label and label not in str(e) else "")
             if kind == "exists":
