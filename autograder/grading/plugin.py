@@ -75,7 +75,7 @@ class Settings:
     """What one graded session is asked to do (the command line's options, or grade_notebook's arguments)."""
     submission: Path
     assignment: str | None = None     # None: from the suite's file name, test_<id>.py
-    device: str = "auto"                 # auto: course.yaml's device
+    device: str = "auto"              # auto: course.yaml's device
     items: list | None = None         # grade only these items
     experiments: bool = True
     limits: dict | None = None        # overrides of course.yaml's limits, e.g. {"item_seconds": 5}
@@ -83,7 +83,7 @@ class Settings:
     log: Callable | None = None       # called with each item's name as its first test starts
     results_json: Path | None = None  # where to write results.json
     failed_elsewhere: frozenset = frozenset()  # grade_within_budget: items failed in its earlier sessions
-    budget_end: float | None = None         # ... and its time.monotonic() end (a regrade uses only the slack)
+    budget_end: float | None = None            # ... and its time.monotonic() end (a regrade uses only the slack)
 
 
 # --- command line, markers and fixtures ----------------------------------------------------------
