@@ -1,5 +1,4 @@
 """The from-scratch rule at run time: the oracles course.yaml names, watched where they live. See Tripwire."""
-import contextlib
 import sys
 
 
@@ -61,8 +60,10 @@ class Tripwire:
                 if f.__kwdefaults__:
                     f.__kwdefaults__ = {k: swap(v) for k, v in f.__kwdefaults__.items()}
                 for cell in f.__closure__ or ():
-                    with contextlib.suppress(ValueError):  # an empty cell
+                    try:
                         cell.cell_contents = swap(cell.cell_contents)
+                    except ValueError:  # noqa: SIM105 -- an empty cell (student code may patch contextlib)
+                        pass
         for key, value in list(namespace.items()):
             namespace[key] = swap(value)
             adopt_function(value)
