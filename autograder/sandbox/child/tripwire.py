@@ -62,7 +62,7 @@ class Tripwire:
                 for cell in f.__closure__ or ():
                     try:
                         cell.cell_contents = swap(cell.cell_contents)
-                    except ValueError:  # noqa: SIM105 -- an empty cell (student code may patch contextlib)
+                    except ValueError:  # an empty cell
                         pass
         for key, value in list(namespace.items()):
             namespace[key] = swap(value)
