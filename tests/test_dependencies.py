@@ -13,7 +13,7 @@ from autograder.errors import ConfigError
 from autograder.grading.dependencies import closure, experiment_uses, reference_source, standin_cell, uses
 from autograder.grading.experiments import harness
 from autograder.grading.grade import grade_notebook
-from autograder.grading.plugin import suite_checks
+from autograder.grading.suite_files import suite_checks
 from autograder.notebooks.cells import names_used
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.planted import dependents, planted, scores, variant_source

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from autograder.errors import GraderError
-from autograder.grading.plugin import GRADER_FAILED, Grading, Settings, suite_path
+from autograder.grading.plugin import GRADER_FAILED, Grading, Settings
 from autograder.grading.scoring import Results
+from autograder.grading.suite_files import suite_path
 
 # The plugin by name (a course copy on PYTHONPATH has no entry point); the session's own terminal, cache and
 # timeouts stay off: the caller reports, results are not reused between runs, and pytest-timeout's SIGALRM would

@@ -10,7 +10,6 @@ failed it (course.yaml `dependencies`, autograder/grading/regrade.py) and writes
 
 A suite imports from this module and autograder.grading.checks only. PYTEST_DONT_REWRITE
 """
-import importlib
 import json
 import time
 from collections.abc import Callable
@@ -41,30 +40,10 @@ from autograder.grading.student import Student
 from autograder.notebooks.cells import load_student_code, restore_setup_cells
 from autograder.sandbox.grader_side import Fresh, Opaque, Remote, Sandbox, SandboxFailure, Seeded, StudentRaised
 
-__all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "suite_path", "suite_checks", "Settings", "Grading",
-           "GRADER_FAILED"]
+__all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "Settings", "Grading", "GRADER_FAILED"]
 
 GRADER_FAILED = 70  # a session's exit code when the grader itself failed (EX_SOFTWARE): nothing was scored, rerun
 GRADING = pytest.StashKey["Grading"]()  # the session's Grading in config.stash; absent when nothing is graded
-SUITES = Path(__file__).resolve().parent.parent / "suites"  # the package's own, wherever it is installed
-
-
-def suite_path(aid):
-    """The hidden suite of an assignment."""
-    return SUITES / f"test_{aid}.py"
-
-
-def suite_checks(aid):
-    """{(item, kind): [name of each test function scoring it]} of a suite, read from the markers."""
-    module = importlib.import_module(f"autograder.suites.test_{aid}")
-    checks = {}
-    for name, fn in vars(module).items():
-        for mark in getattr(fn, "pytestmark", []) if name.startswith("test_") else []:
-            if mark.name == "item":
-                checks.setdefault(tuple(mark.args), []).append(name)
-    return module, checks
-
-
 def reference(aid: str) -> SimpleNamespace:
     """The reference solution (solutions/<id>.py) as one namespace: what a suite compares against."""
     return reference_parts(aid)
