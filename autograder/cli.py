@@ -71,7 +71,8 @@ def cmd_grade(args):
             rows = grade_class(subs, args.assignment, items=items, device=args.device, where=where,
                                results_dir=args.results_dir, progress=noted)
     except KeyboardInterrupt:
-        kept = f"; the finished results are in {args.results_dir}, and a rerun grades the rest" if args.results_dir else ""
+        kept = (f"; the finished results are in {args.results_dir}, and a rerun grades the rest"
+                if args.results_dir else "")
         print(f"interrupted: the submissions being graded were stopped and not scored{kept}", file=sys.stderr)
         return 130
     shown = items or list(assignment.items)
@@ -225,7 +226,8 @@ def build_parser():
     g = sub.add_parser("grade", help="grade submitted notebooks with the isolated grader")
     g.add_argument("paths", nargs="+", metavar="NOTEBOOK_OR_DIR",
                    help="notebooks, or folders searched for them (a folder's first level names the student)")
-    g.add_argument("--assignment", "-a", required=True, help="the assignment's id in course.yaml, e.g. lab14_transformers")
+    g.add_argument("--assignment", "-a", required=True,
+                   help="the assignment's id in course.yaml, e.g. lab14_transformers")
     g.add_argument("--items", help="comma-separated items to (re)grade; default all")
     add_device(g, "auto")
     g.add_argument("--workers", type=int, default=1, help="submissions graded at once, each in a worker process "
@@ -252,7 +254,8 @@ def build_parser():
     s.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default report.html)")
     s.set_defaults(run=cmd_report)
 
-    s = sub.add_parser("sync", help="rewrite source notebooks' graded cells from solutions/ and points from course.yaml")
+    s = sub.add_parser("sync",
+                       help="rewrite source notebooks' graded cells from solutions/ and points from course.yaml")
     s.add_argument("ids", nargs="*", metavar="ID", help="assignments to sync (default all)")
     s.set_defaults(run=cmd_sync)
 

@@ -28,8 +28,8 @@ from lecture_loops import lecture_seconds
 from autograder.course.config import CHECK_ORDER, load_course
 from autograder.grading import smallest_case
 from autograder.grading.experiments import reference_parts, run_reference
-from autograder.grading.plugin import suite_checks
 from autograder.grading.scoring import seed_for
+from autograder.grading.suite_files import suite_checks
 from autograder.notebooks.examples import examples, release_notebook, solved_sources, with_cells
 from autograder.sandbox.grader_side import Fresh, Remote, Seeded
 from autograder.sandbox.state import assign_state

@@ -8,8 +8,8 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -50,18 +50,21 @@ class DaskCluster:
         self.folder, self.file = folder, folder / "scheduler.json"
         # one task per worker thread at a time (docs/CLUSTER.md): a dying worker is blamed for its own grading only
         env = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}
-        self.procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
-                                        "0", "--no-dashboard", "--scheduler-file", str(self.file)],
-                                       env={**env, **(scheduler_env or {})}, cwd=folder,
-                                       stdout=subprocess.DEVNULL, stderr=open(folder / "scheduler.log", "w"))]
+        with open(folder / "scheduler.log", "w") as log:  # the scheduler holds its own copy of the file
+            self.procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
+                                            "--port", "0", "--no-dashboard", "--scheduler-file", str(self.file)],
+                                           env={**env, **(scheduler_env or {})}, cwd=folder,
+                                           stdout=subprocess.DEVNULL, stderr=log)]
         while not self.file.exists():
             assert self.procs[0].poll() is None, (folder / "scheduler.log").read_text()
             time.sleep(0.2)
-        self.procs.append(subprocess.Popen(
-            [sys.executable, "-m", "dask", "worker", "--scheduler-file", str(self.file), "--nworkers", "2",
-             "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard", *(["--preload", str(preload)] if preload else [])],
-            env={**env, "COURSE_WORKER_THREADS": "1", **(worker_env or {})}, cwd=folder,
-            stdout=subprocess.DEVNULL, stderr=open(folder / "workers.log", "w"), start_new_session=True))
+        with open(folder / "workers.log", "w") as log:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "dask", "worker", "--scheduler-file", str(self.file), "--nworkers", "2",
+                 "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard",
+                 *(["--preload", str(preload)] if preload else [])],
+                env={**env, "COURSE_WORKER_THREADS": "1", **(worker_env or {})}, cwd=folder,
+                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True))
 
     def close(self):
         for proc in reversed(self.procs):

@@ -13,7 +13,7 @@ from autograder.errors import ConfigError
 from autograder.grading.dependencies import closure, experiment_uses, reference_source, standin_cell, uses
 from autograder.grading.experiments import harness
 from autograder.grading.grade import grade_notebook
-from autograder.grading.plugin import suite_checks
+from autograder.grading.suite_files import suite_checks
 from autograder.notebooks.cells import names_used
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.planted import dependents, planted, scores, variant_source
@@ -24,7 +24,8 @@ AIDS = list(COURSE.assignments)
 
 # The graph as the reference code has it today: a change to a solution that adds or drops a call shows here first.
 GRAPH = {
-    "w8l1_attention_vision": {"train_linear_ae": {"LinearAE"}, "spatial_attention": {"score_general", "attention_context"}},
+    "w8l1_attention_vision": {"train_linear_ae": {"LinearAE"},
+                              "spatial_attention": {"score_general", "attention_context"}},
     "w8l4_transformers": {"MultiHeadAttention": {"attention"}, "EncoderLayer": {"MultiHeadAttention", "FeedForward"},
                           "DecoderLayer": {"MultiHeadAttention", "FeedForward", "causal_mask"},
                           "Transformer": {"EncoderLayer", "DecoderLayer", "positional_encoding", "causal_mask"},

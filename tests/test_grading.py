@@ -99,7 +99,7 @@ def test_planted_mistakes_lose_points_on_their_item_only(tmp_path, aid, k):
     batch = rounds(aid)[k]
     deps = dependents(aid)
     sources = solved_sources(aid)
-    for item, name, variant in batch:
+    for item, _name, variant in batch:
         sources[item] = variant_source(aid, item, variant)
     nb = with_cells(release_notebook(aid), sources)
     result = grade_notebook(write(nb, tmp_path / f"{aid}.ipynb"), aid, device="cpu", experiments=False)

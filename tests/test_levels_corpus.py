@@ -72,7 +72,8 @@ def run_level(level, folder, tests):
         script = folder / "no_userns.py"
         script.write_text(NO_USERNS)
         script.chmod(0o644)
-        command = [sys.executable, str(script), str(ROOT / "autograder" / "sandbox" / "child" / "__main__.py"), *command[1:]]
+        child = ROOT / "autograder" / "sandbox" / "child" / "__main__.py"
+        command = [sys.executable, str(script), str(child), *command[1:]]
     run = run_as(uid, command, folder, {"homes": {uid: home}}, wrap, env=env)
     out = run.stdout + run.stderr
     summary = out.strip().splitlines()[-1] if out.strip() else ""

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from autograder.course.config import ROOT
-from autograder.grading.plugin import GRADER_FAILED, GRADING, Grading, Settings, grading_of, suite_path
+from autograder.grading.plugin import GRADER_FAILED, GRADING, Grading, Settings, grading_of
 from autograder.grading.scoring import Outcome, results_json
+from autograder.grading.suite_files import suite_path
 from autograder.notebooks.examples import write_examples
 
 pytest_plugins = ["pytester"]

@@ -124,7 +124,8 @@ def test_out_of_memory_the_kernel_picks_the_students_process_not_the_grader():
 
 
 def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
-    with sandbox_of(("spin", "def spin():\n    while True:\n        pass\n"), ("ok", "def ok():\n    return 7\n")) as sb:
+    with sandbox_of(("spin", "def spin():\n    while True:\n        pass\n"),
+                    ("ok", "def ok():\n    return 7\n")) as sb:
         t0 = time.monotonic()
         with pytest.raises(SandboxFailure, match="time limit") as e:
             ask(sb, "spin", seconds=2)
@@ -148,13 +149,14 @@ def test_a_memory_blow_up_is_killed_with_a_message():
     ("import ctypes\n    ctypes.string_at(0)", "SIGSEGV"),
 ])
 def test_exits_and_crashes_are_reported_not_fatal(body, words):
-    with sandbox_of(("boom", f"def boom():\n    {body}\n")) as sb:
-        with pytest.raises((SandboxFailure, StudentRaised), match=words):
-            ask(sb, "boom")
+    with sandbox_of(("boom", f"def boom():\n    {body}\n")) as sb, \
+            pytest.raises((SandboxFailure, StudentRaised), match=words):
+        ask(sb, "boom")
 
 
 def test_printed_output_is_cut_at_the_limit():
-    with sandbox_of(("noisy", "def noisy():\n    for _ in range(20000):\n        print('x' * 1000)\n    return 1\n")) as sb:
+    with sandbox_of(("noisy", "def noisy():\n    for _ in range(20000):\n        print('x' * 1000)\n"
+                              "    return 1\n")) as sb:
         assert ask(sb, "noisy", seconds=30) == 1
         text = sb.output()
         assert len(text) < 6000 and "more bytes of output cut" in text
@@ -235,9 +237,8 @@ def test_a_sandbox_that_isolates_nothing_is_refused_unless_allowed(monkeypatch):
     monkeypatch.setattr(sandbox, "can_isolate", lambda: False)
     monkeypatch.setattr(sandbox, "can_contain", lambda: False)
     monkeypatch.delenv("COURSE_ALLOW_UNISOLATED", raising=False)
-    with pytest.raises(SandboxFailure, match="--allow-unisolated") as e:
-        with sandbox_of(("setup_a", "x = 1")):
-            pass
+    with pytest.raises(SandboxFailure, match="--allow-unisolated") as e, sandbox_of(("setup_a", "x = 1")):
+        pass
     assert e.value.kind == "sandbox"
     with sandbox_of(("setup_a", "x = 1"), limits=LIMITS.model_copy(update={"allow_unisolated": True})) as sb:
         assert sb.isolation == "process"
@@ -254,15 +255,16 @@ def test_a_hanging_cell_costs_its_own_limit_not_the_whole_notebooks():
     """Nine quick cells, then one that hangs: it is stopped at setup_seconds (2 s), not at the load's whole
     budget (2 s times a quarter of the ten cells, rounded up: 6 s)."""
     quick = [(f"quick{k}", f"def quick{k}():\n    return {k}\n") for k in range(9)]
-    with sandbox_of(*quick, ("hang", "while True:\n    pass\n"), limits=LIMITS.model_copy(update={"setup_seconds": 2})) as sb:
+    with sandbox_of(*quick, ("hang", "while True:\n    pass\n"),
+                    limits=LIMITS.model_copy(update={"setup_seconds": 2})) as sb:
         assert "within 2 s (time limit)" in sb.load_errors["hang"], sb.load_errors
         assert ask(sb, "quick8") == 8
 
 
 def test_input_gets_end_of_file_instead_of_waiting():
-    with sandbox_of(("ask_user", "def ask_user():\n    return input('name? ')\n")) as sb:
-        with pytest.raises(StudentRaised, match="EOFError"):
-            ask(sb, "ask_user")
+    with sandbox_of(("ask_user", "def ask_user():\n    return input('name? ')\n")) as sb, \
+            pytest.raises(StudentRaised, match="EOFError"):
+        ask(sb, "ask_user")
 
 
 def test_tensors_come_back_as_data_with_their_device_and_dtype():
@@ -275,7 +277,8 @@ def test_tensors_come_back_as_data_with_their_device_and_dtype():
 
 def test_a_state_dict_longer_than_a_screen_comes_back_whole():
     """A 2 + 2 layer Transformer has 89 state tensors: none may be dropped on the way back."""
-    with sandbox_of(("many", "import torch\ndef many():\n    return [torch.full((2,), float(i)) for i in range(150)]\n")) as sb:
+    with sandbox_of(("many", "import torch\n"
+                             "def many():\n    return [torch.full((2,), float(i)) for i in range(150)]\n")) as sb:
         out = ask(sb, "many")
         assert len(out) == 150 and out[-1].tolist() == [149.0, 149.0]
 
@@ -355,9 +358,9 @@ def test_a_sandbox_that_cannot_start_names_the_cause(monkeypatch):
     monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
     monkeypatch.setattr(zygote, "import_path", lambda: ["/nonexistent-course-path"])
     try:
-        with pytest.raises(SandboxFailure, match="ModuleNotFoundError: No module named 'numpy'") as e:
-            with sandbox_of(("setup_a", "x = 1")):
-                pass
+        with pytest.raises(SandboxFailure, match="ModuleNotFoundError: No module named 'numpy'") as e, \
+                sandbox_of(("setup_a", "x = 1")):
+            pass
         assert e.value.kind == "sandbox"
     finally:
         if sandbox.ZYGOTE.proc is not None:

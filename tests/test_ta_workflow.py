@@ -104,10 +104,12 @@ def test_ta_commands_on_a_fresh_clone(tmp_path, graded_solutions):
     with Gradebook(f"sqlite:///{clone}/.nbgrader/gradebook.db") as gb:
         scores = {s.student.id: s.score for s in gb.find_assignment(AID).submissions}
     assert scores["alice"] == pytest.approx(total) and scores["bob"] == 0 and 0 < scores["carol"] < total
-    table = {r["submission"]: float(r["score"]) for r in csv.DictReader(open(clone / "grades.csv"))}
+    with open(clone / "grades.csv") as grades:
+        table = {r["submission"]: float(r["score"]) for r in csv.DictReader(grades)}
     assert table == pytest.approx(scores), "nbgrader's gradebook and `course grade` disagree"
     exported = re.search(r"--to (\S+)", commands[3]).group(1)
-    rows = list(csv.DictReader(open(clone / exported)))
+    with open(clone / exported) as exported_csv:
+        rows = list(csv.DictReader(exported_csv))
     assert {r["student_id"]: float(r["score"]) for r in rows if r["assignment"] == AID} == pytest.approx(scores)
 
     feedback = (clone / ".nbgrader" / "feedback" / "carol" / AID / f"{AID}.html").read_text()

@@ -177,8 +177,9 @@ def test_the_harness_may_use_the_oracles_while_it_trains_an_honest_item():
 def test_scipy_and_sklearn_equivalents_are_watched_including_a_module_imported_inside_the_item():
     angles = ("angles", "from scipy import linalg as _la\n_sa = getattr(_la, 'subspace' + '_angles')\n"
                         "def angles(A, B):\n    return torch.as_tensor(_sa(A.numpy(), B.numpy()))\n")
-    pca = ("pca", "import importlib\ndef pca(X, k):\n    est = getattr(importlib.import_module('sklearn.decomposition'),"
-                  " 'P' + 'CA')\n    return torch.as_tensor(est(n_components=k).fit(X.numpy()).components_)\n")
+    pca = ("pca", "import importlib\ndef pca(X, k):\n"
+                  "    est = getattr(importlib.import_module('sklearn.decomposition'), 'P' + 'CA')\n"
+                  "    return torch.as_tensor(est(n_components=k).fit(X.numpy()).components_)\n")
     sb = sandbox(HONEST, angles, pca)
     try:
         a, b = torch.randn(6, 2, dtype=torch.float64), torch.randn(6, 2, dtype=torch.float64)
@@ -215,7 +216,8 @@ def w8l1_cheats():
     angles = src[PAC].replace(begin, begin + "    if W.dim() == 2:\n        th = _angles(W.detach().double().cpu()"
                                              ".numpy(), V.detach().double().cpu().numpy())\n        return torch."
                                              "as_tensor(_np.cos(th), dtype=W.dtype).sort(descending=True).values\n", 1)
-    pca = src["pca"].replace(begin, begin + "    _estimator(n_components=k).fit(X.detach().double().cpu().numpy())\n", 1)
+    fit = "    _estimator(n_components=k).fit(X.detach().double().cpu().numpy())\n"
+    pca = src["pca"].replace(begin, begin + fit, 1)
     assert angles != src[PAC] and pca != src["pca"]
     return {**src, PAC: SCIPY_ANGLES + angles, "pca": SKLEARN_PCA + pca}
 

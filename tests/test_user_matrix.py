@@ -1,4 +1,5 @@
-"""What users run, on each assignment: the verbs of README.md and docs/, in their cheap forms, where no other test runs them.
+"""What users run, on each assignment: the verbs of README.md and docs/, in their cheap forms, where no other test
+runs them.
 
 What tests/ covers, verb x assignment (this file adds the cells marked *here*):
 
@@ -38,7 +39,7 @@ import yaml
 
 from autograder import cli
 from autograder.course.config import ROOT, load_course
-from autograder.grading.plugin import suite_path
+from autograder.grading.suite_files import suite_path
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 
 pytestmark = pytest.mark.grading

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autograder.course.config import load_course  # noqa: E402
-from autograder.grading.plugin import suite_checks  # noqa: E402
+from autograder.grading.suite_files import suite_checks  # noqa: E402
 from tests.planted import rounds  # noqa: E402
 
 

@@ -154,7 +154,8 @@ def check_cache(found):
     found.item("cache", "not writable: " + "; ".join(tried))
     course_cache, user_cache = cache_folders()[0], cache_folders()[-1]
     found.fix(f"the experiment cache cannot be written ({'; '.join(tried)}): every grading trains again; make "
-              f"{course_cache.parent} writable, or set XDG_CACHE_HOME to a writable folder (now {user_cache.parents[1]})")
+              f"{course_cache.parent} writable, or set XDG_CACHE_HOME to a writable folder "
+              f"(now {user_cache.parents[1]})")
 
 
 def unwritable(folder):
@@ -212,8 +213,9 @@ def grade_references(found, course, device, quick):
             found.assignment(aid, f"{score:g}/{top:g} in {time.monotonic() - t0:.0f} s")
             if score < top:
                 reasons, _ = lost_points(result, limit=1)
-                found.fix(f"{aid}: the reference solution (solutions/{aid}.py) scores {score:g}/{top:g} ({reasons[0]}): "
-                          f"the grader, course.yaml or the release disagree with it (course sync, course release)")
+                found.fix(f"{aid}: the reference solution (solutions/{aid}.py) scores {score:g}/{top:g} "
+                          f"({reasons[0]}): the grader, course.yaml or the release disagree with it "
+                          f"(course sync, course release)")
             for test in result["tests"]:
                 if "experiment" in test.get("extra_data", {}):
                     experiment_margin(found, aid, assignment.experiments[test["extra_data"]["experiment"]], test,

@@ -90,7 +90,8 @@ def kubernetes_spec(jobs, gpus=1, threads=THREADS_PER_WORKER, image=None):
     if not image:
         raise ConfigError("--cluster k8s: the image with the course installed is not set: set dask's course.image "
                           "(DASK_COURSE__IMAGE=registry/course:TAG, or course: {image: ...} in ~/.config/dask/)")
-    limits = {"cpu": str(threads), "memory": f"{MEMORY_PER_WORKER_GB}Gi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    limits = {"cpu": str(threads), "memory": f"{MEMORY_PER_WORKER_GB}Gi",
+              **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
     env = lambda values: [{"name": k, "value": v} for k, v in values.items()]  # noqa: E731
     worker = {"name": "worker", "image": image,
               "args": ["dask", "worker", "--name", "$(DASK_WORKER_NAME)", "--dashboard", "--dashboard-address", "8788",

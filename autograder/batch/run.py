@@ -51,7 +51,7 @@ def find_submissions(paths, aid):
             found.append((arg, arg))  # reported as unreadable, never silently dropped
     labels = [_label_parts(origin, aid) for origin, _ in found]
     names = _distinct(labels)
-    return list(zip(names, (nb for _, nb in found)))
+    return list(zip(names, (nb for _, nb in found), strict=True))
 
 
 def _label_parts(origin, aid):
@@ -132,7 +132,8 @@ def grader_identity(aid, device="auto"):
              "course": course.model_dump(mode="json", exclude={"path", "assignments"}),
              "assignment": course.assignment(aid).model_dump(mode="json"),
              "release": file_digest(released) if released.is_file() else "", "libraries": libraries(),
-             "device": device if device in ("cpu", "cuda") else resolve_device(course.device), "data": data_source_of(aid)}
+             "device": device if device in ("cpu", "cuda") else resolve_device(course.device),
+             "data": data_source_of(aid)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -230,7 +231,7 @@ def result_lock(path):
     sees that the path no longer names what it holds, and tries again.
     """
     while True:
-        lock = open(path, "a")
+        lock = open(path, "a")  # noqa: SIM115 -- held until the caller is done: closed below
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino:

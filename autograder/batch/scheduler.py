@@ -23,7 +23,6 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from autograder.batch.run import (
     _saved,
@@ -48,8 +47,8 @@ WORKERS_WAIT_SECONDS = 600  # a batch job's workers may sit in the queue a while
 class Where:
     """The command line's choice of machines (see the module doc)."""
     workers: int = 1
-    scheduler: Optional[str] = None  # tcp://HOST:PORT, tls://HOST:PORT or a scheduler file
-    cluster: Optional[str] = None    # local, slurm, pbs or k8s
+    scheduler: str | None = None  # tcp://HOST:PORT, tls://HOST:PORT or a scheduler file
+    cluster: str | None = None    # local, slurm, pbs or k8s
     jobs: int = 1
     gpus_per_job: int = 0
 

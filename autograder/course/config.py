@@ -5,10 +5,10 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
@@ -53,13 +53,13 @@ if TYPE_CHECKING:  # the type checker sees Limits' fields, all optional (None: t
         search_seconds: float | None = None
 else:
     LimitOverrides = create_model("LimitOverrides", __base__=Strict, **{
-        name: (Optional[Annotated[(f.annotation, *f.metadata)]], None)
+        name: (Annotated[(f.annotation, *f.metadata)] | None, None)
         for name, f in Limits.model_fields.items() if name not in COURSE_WIDE})
 
 
 class Bound(Strict):
-    min: Optional[float] = None
-    max: Optional[float] = None
+    min: float | None = None
+    max: float | None = None
 
     @model_validator(mode="after")
     def one_side(self) -> "Bound":
@@ -96,7 +96,7 @@ class Item(Strict):
 
 
 class Experiment(Strict):
-    item: Optional[str] = None
+    item: str | None = None
     points: float = Field(ge=0)
     description: str
     metric: str
@@ -104,7 +104,7 @@ class Experiment(Strict):
     lecture: dict[str, float] = {}
     steps: int = Field(gt=0)
     seeds: list[int] = Field(min_length=1)
-    dependencies: Optional[Dependencies] = None  # None: the assignment's
+    dependencies: Dependencies | None = None  # None: the assignment's
     name: str = ""
 
     @property
@@ -134,7 +134,7 @@ class Assignment(Strict):
     notebook: str
     items: dict[str, Item]
     experiments: dict[str, Experiment] = {}
-    dependencies: Optional[Dependencies] = None  # None: the course's
+    dependencies: Dependencies | None = None  # None: the course's
     id: str = ""
 
     @model_validator(mode="after")

@@ -116,7 +116,8 @@ def load_mnist(n_train: int = 10000, n_test: int = 2000, folder: str | Path | No
     def as_y(a: Any, n: int) -> torch.Tensor:
         return torch.from_numpy(np.asarray(a[:n], dtype=np.int64))
 
-    return as_x(images_train, n_train), as_y(labels_train, n_train), as_x(images_test, n_test), as_y(labels_test, n_test)
+    return (as_x(images_train, n_train), as_y(labels_train, n_train),
+            as_x(images_test, n_test), as_y(labels_test, n_test))
 
 
 _download_result: list[tuple[Split, Split] | None] = []

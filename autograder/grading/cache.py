@@ -22,7 +22,6 @@ import platformdirs
 from autograder.course.config import ROOT, course_root
 from autograder.errors import ConfigError
 
-
 PACKAGE = ROOT / "autograder"
 
 
@@ -72,10 +71,8 @@ def cache_off():
 def cache_folders():
     """Where runs are cached, first choice first: the course's .grader/cache, then the user's cache folder."""
     folders = []
-    try:
+    with contextlib.suppress(ConfigError):  # no course folder to hand: the user's folder still caches
         folders.append(course_root() / ".grader" / "cache")
-    except ConfigError:  # no course folder to hand: the user's folder still caches
-        pass
     return folders + [Path(platformdirs.user_cache_dir("attention-course")) / "experiments"]
 
 

@@ -68,12 +68,12 @@ def check_device(name: str, ref: str | torch.device, got: Any) -> None:
 def _where(index: Any, dims: Any) -> str:
     if dims is None:
         return "at index " + str(tuple(index))
-    labels = [f"{d} {i}" for d, i in zip(dims, index) if d]
+    labels = [f"{d} {i}" for d, i in zip(dims, index, strict=False) if d]
     return "at " + ", ".join(labels) if labels else ""
 
 
-def check_close(name: str, ref: torch.Tensor, got: Any, atol: float = 1e-5, rtol: float = 1e-5, oracle: str | None = None,
-                dims: Sequence[str] | None = None, case: str | None = None,
+def check_close(name: str, ref: torch.Tensor, got: Any, atol: float = 1e-5, rtol: float = 1e-5,
+                oracle: str | None = None, dims: Sequence[str] | None = None, case: str | None = None,
                 mistakes: Mapping[str, torch.Tensor] | None = None) -> None:
     """Values agree: max |got - ref| within atol + rtol |ref|; the message names the worst entry.
 
@@ -111,7 +111,8 @@ def check_number(name: str, ref: float, got: Any, tol: float = 1e-6) -> None:
 def check_signature(name: str, expected: str, info: Any, methods: Mapping[str, str] | None = None) -> None:
     """The spec's parameters are there, in order, with their defaults; extra optional ones are allowed."""
     if not isinstance(info, dict) or info.get("kind") not in ("function", "class"):
-        raise Fail(f"'{name}' is not a function or class (it is {info.get('kind') if isinstance(info, dict) else info})")
+        kind = info.get("kind") if isinstance(info, dict) else info
+        raise Fail(f"'{name}' is not a function or class (it is {kind})")
     _compare_params(name, expected, info.get("params"))
     for method, sig in (methods or {}).items():
         got = (info.get("methods") or {}).get(method)
@@ -126,7 +127,7 @@ def _compare_params(name: str, expected: str, got: Any) -> None:
     want = parse_signature(expected)
     names = [p[0] for p in got]
     variadic = any(p[1] in ("VAR_POSITIONAL", "VAR_KEYWORD") for p in got)
-    for k, (pname, default) in enumerate(want):
+    for k, (pname, _default) in enumerate(want):
         if k < len(got) and got[k][0] == pname:
             continue
         if variadic and pname not in names:
@@ -215,7 +216,8 @@ def attention_oracle(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: to
 
 
 def sinusoid_table(max_len: int, d: int) -> torch.Tensor:
-    """The positional-encoding table in float64, from the formula: PE[pos, j] = sin or cos(pos / 10000^((j - j % 2) / d))."""
+    """The positional-encoding table in float64, from the formula:
+    PE[pos, j] = sin or cos(pos / 10000^((j - j % 2) / d))."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     j = torch.arange(d, dtype=torch.float64)[None, :]  # (1, d)
     angle = pos / 10000 ** ((j - j % 2) / d)  # (max_len, d): columns 2i and 2i + 1 share a frequency

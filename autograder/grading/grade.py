@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from autograder.errors import GraderError
-from autograder.grading.plugin import GRADER_FAILED, Grading, Settings, suite_path
+from autograder.grading.plugin import GRADER_FAILED, Grading, Settings
 from autograder.grading.scoring import Results
+from autograder.grading.suite_files import suite_path
 
 # The plugin by name (a course copy on PYTHONPATH has no entry point); the session's own terminal, cache and
 # timeouts stay off: the caller reports, results are not reused between runs, and pytest-timeout's SIGALRM would
@@ -52,9 +53,9 @@ def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, d
     student's process's CPU threads (set when several submissions are graded at once). `failed_elsewhere` and
     `budget_end`: for a submission graded in several sessions within a time budget (plugin.Settings).
     """
-    grading = Grading(Settings(submission=Path(path), assignment=aid, device=device, items=items, experiments=experiments,
-                               limits=limits, threads=threads, log=log, failed_elsewhere=frozenset(failed_elsewhere),
-                               budget_end=budget_end))
+    grading = Grading(Settings(submission=Path(path), assignment=aid, device=device, items=items,
+                               experiments=experiments, limits=limits, threads=threads, log=log,
+                               failed_elsewhere=frozenset(failed_elsewhere), budget_end=budget_end))
     code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
     if grading.grader_error or code == GRADER_FAILED:
         raise GraderError(grading.grader_error or "the grading session failed") from grading.grader_exception

@@ -10,13 +10,12 @@ failed it (course.yaml `dependencies`, autograder/grading/regrade.py) and writes
 
 A suite imports from this module and autograder.grading.checks only. PYTEST_DONT_REWRITE
 """
-import importlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable, Optional
 
 import pytest
 import torch
@@ -41,29 +40,10 @@ from autograder.grading.student import Student
 from autograder.notebooks.cells import load_student_code, restore_setup_cells
 from autograder.sandbox.grader_side import Fresh, Opaque, Remote, Sandbox, SandboxFailure, Seeded, StudentRaised
 
-__all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "suite_path", "suite_checks", "Settings", "Grading", "GRADER_FAILED"]
+__all__ = ["Fresh", "Opaque", "Remote", "Seeded", "reference", "Settings", "Grading", "GRADER_FAILED"]
 
 GRADER_FAILED = 70  # a session's exit code when the grader itself failed (EX_SOFTWARE): nothing was scored, rerun
 GRADING = pytest.StashKey["Grading"]()  # the session's Grading in config.stash; absent when nothing is graded
-SUITES = Path(__file__).resolve().parent.parent / "suites"  # the package's own, wherever it is installed
-
-
-def suite_path(aid):
-    """The hidden suite of an assignment."""
-    return SUITES / f"test_{aid}.py"
-
-
-def suite_checks(aid):
-    """{(item, kind): [name of each test function scoring it]} of a suite, read from the markers."""
-    module = importlib.import_module(f"autograder.suites.test_{aid}")
-    checks = {}
-    for name, fn in vars(module).items():
-        for mark in getattr(fn, "pytestmark", []) if name.startswith("test_") else []:
-            if mark.name == "item":
-                checks.setdefault(tuple(mark.args), []).append(name)
-    return module, checks
-
-
 def reference(aid: str) -> SimpleNamespace:
     """The reference solution (solutions/<id>.py) as one namespace: what a suite compares against."""
     return reference_parts(aid)
@@ -73,16 +53,16 @@ def reference(aid: str) -> SimpleNamespace:
 class Settings:
     """What one graded session is asked to do (the command line's options, or grade_notebook's arguments)."""
     submission: Path
-    assignment: Optional[str] = None     # None: from the suite's file name, test_<id>.py
-    device: str = "auto"                 # auto: course.yaml's device
-    items: Optional[list] = None         # grade only these items
+    assignment: str | None = None     # None: from the suite's file name, test_<id>.py
+    device: str = "auto"              # auto: course.yaml's device
+    items: list | None = None         # grade only these items
     experiments: bool = True
-    limits: Optional[dict] = None        # overrides of course.yaml's limits, e.g. {"item_seconds": 5}
-    threads: Optional[int] = None        # the sandbox's CPU threads, when several submissions share the cores
-    log: Optional[Callable] = None       # called with each item's name as its first test starts
-    results_json: Optional[Path] = None  # where to write results.json
+    limits: dict | None = None        # overrides of course.yaml's limits, e.g. {"item_seconds": 5}
+    threads: int | None = None        # the sandbox's CPU threads, when several submissions share the cores
+    log: Callable | None = None       # called with each item's name as its first test starts
+    results_json: Path | None = None  # where to write results.json
     failed_elsewhere: frozenset = frozenset()  # grade_within_budget: items failed in its earlier sessions
-    budget_end: Optional[float] = None         # ... and its time.monotonic() end (a regrade uses only the slack)
+    budget_end: float | None = None            # ... and its time.monotonic() end (a regrade uses only the slack)
 
 
 # --- command line, markers and fixtures ----------------------------------------------------------
@@ -109,7 +89,8 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     if grading_of(config) is None and any(t.get_closest_marker("item") for t in items):
-        raise pytest.UsageError("these are hidden grading checks: name the notebook to grade with --submission NOTEBOOK")
+        raise pytest.UsageError("these are hidden grading checks: "
+                                "name the notebook to grade with --submission NOTEBOOK")
 
 
 def grading_of(config):
@@ -416,7 +397,8 @@ class Grading:
             return e and str(e)  # run_generated has stored the experiment's own outcome
         outcome = self.outcomes[(name, kind)]
         if e is None:
-            output = "ok" if kind != "exists" else f"'{name}' exists with signature {self.assignment.items[name].signature}"
+            output = ("ok" if kind != "exists"
+                      else f"'{name}' exists with signature {self.assignment.items[name].signature}")
         elif isinstance(e, Fail):
             output = str(e) + (f" (case: {label})" if label and label not in str(e) else "")
             if kind == "exists":
@@ -426,7 +408,8 @@ class Grading:
         elif isinstance(e, SandboxFailure) and e.kind != "sandbox":  # "sandbox": the grader's own process failed
             output = f"'{name}' {e}{on_case}"
             if e.kind == "timeout":
-                state.problem = f"'{name}' ran out of its {self.course.limits_for(self.aid, name).item_seconds:g} s time limit"
+                seconds = self.course.limits_for(self.aid, name).item_seconds
+                state.problem = f"'{name}' ran out of its {seconds:g} s time limit"
             elif e.kind == "memory":
                 state.problem = f"an earlier check {e.kind}: {e}"
         elif isinstance(e, UNUSABLE) and self.asked_student():  # before any answer, it can only be the suite's

@@ -170,7 +170,7 @@ def regrade_checks(grading, item, tests, nextitem):
     for key, o in first.items():
         grading.outcomes[key] = Outcome(item, key[1], o.max_score)
     try:
-        for test, after in zip(tests, [*tests[1:], nextitem]):
+        for test, after in zip(tests, [*tests[1:], nextitem], strict=True):
             runtestprotocol(test, log=False, nextitem=after)
         grading.finish_item(item)
     finally:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from autograder.course.config import Assignment, Course, Item
 
 NOT_IMPLEMENTED = "NotImplementedError"
-CELL_FRAME = re.compile(r"\(cell ([^()]*), line \d+\)$")  # where sandbox child's describe() says a student's frame raised
+# where sandbox child's describe() says a student's frame raised
+CELL_FRAME = re.compile(r"\(cell ([^()]*), line \d+\)$")
 DISTRIBUTION = "attention-course"  # pyproject.toml's [project] name: the package's version comes from its metadata
 
 
@@ -68,7 +69,8 @@ class Outcome:
         self.score, self.output, self.seconds = 0.0, "", 0.0
         self.not_implemented = False     # a check saw NotImplementedError raised in the item's own cell
         self.not_implemented_in = ""     # ... or in another item's cell, which the item calls: that item
-        self.extra: dict[str, Any] = {}   # a failed check's case; an experiment's measured metrics and the seed that gave them
+        # a failed check's case; an experiment's measured metrics and the seed that gave them
+        self.extra: dict[str, Any] = {}
         self.failed = False   # one of its tests failed (a kind may have several: parametrized checks)
 
     def add(self, passed: bool, output: str, seconds: float, case: str = "") -> None:

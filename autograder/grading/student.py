@@ -8,7 +8,8 @@ carries the oracles it may not use (`watch`), and its answer the ones it called 
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from autograder.grading.checks import Fail
 from autograder.sandbox.protocol import DICT, LIST, Remote, SandboxFailure, to_student
@@ -60,7 +61,7 @@ class Student:
             for j in wrt:
                 fields["args"][j]["grad"] = True
             keys = [None if u is None else f"u{k}" for k, u in enumerate(upstream)]
-            tensors.update({key: u for key, u in zip(keys, upstream) if key})
+            tensors.update({key: u for key, u in zip(keys, upstream, strict=True) if key})
             fields["grad"] = {"wrt": list(wrt), "upstream": keys}
         answer = self._request(op, tensors, fields)
         return answer if raw else self.sandbox.value(answer)
@@ -91,7 +92,7 @@ class Student:
     def state(self, obj: Remote) -> dict[str, Any]:
         """The module's state_dict() as a dict name -> tensor, in registration order."""
         answer = self._ask("state", {"handle": obj.handle}, raw=True)
-        return dict(zip(answer.get("names", []), self.sandbox.value(answer)))
+        return dict(zip(answer.get("names", []), self.sandbox.value(answer), strict=False))
 
     def load_state(self, obj: Remote, tensors: Sequence[Any]) -> None:
         """Copy tensors into the module's state_dict() entries, by order and shape."""

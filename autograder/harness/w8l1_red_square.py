@@ -33,7 +33,7 @@ def _shape_mask(shape, cx, cy, r):
     if shape == 1:
         return (_XS - cx) ** 2 + (_YS - cy) ** 2 <= r * r
     widening = (_YS - (cy - r)) / (2.0 * r)                 # 0 at the apex, 1 at the base
-    return (_YS >= cy - r) & (_YS <= cy + r) & (np.abs(_XS - cx) <= r * widening)
+    return (cy - r <= _YS) & (cy + r >= _YS) & (np.abs(_XS - cx) <= r * widening)
 
 
 def make_shapes(n, seed):

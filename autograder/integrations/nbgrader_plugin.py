@@ -3,11 +3,12 @@
 `nbgrader autograde` runs TrustedGrade in place of executing the notebook in a kernel (see nbgrader_config.py):
 the student's code runs only in the sandbox, and each test cell's last value becomes the trusted partial score,
 which nbgrader's SaveAutoGrades reads as partial credit. The whole result is kept in the autograded notebook's
-metadata, where `nbgrader generate_feedback` (FeedbackSummary and templates/feedback/course_feedback.html.j2) reads it back.
+metadata, where `nbgrader generate_feedback` (FeedbackSummary and templates/feedback/course_feedback.html.j2) reads
+it back.
 
 Before nbgrader's own sanitising, CourseAutograde takes a submission folder's single notebook whatever its name
-and RepairSubmission repairs the notebook against the release (autograder/notebooks/repair.py): what nbgrader alone would
-grade as 0 is graded, each repair one line in the log and in the student's feedback; what cannot be repaired
+and RepairSubmission repairs the notebook against the release (autograder/notebooks/repair.py): what nbgrader alone
+would grade as 0 is graded, each repair one line in the log and in the student's feedback; what cannot be repaired
 stops that student with one line saying why, before the gradebook has a score for it.
 
 In parallel (docs/CLUSTER.md): a first `nbgrader autograde` with CollectForGrading as its only autograde step
@@ -36,8 +37,8 @@ from autograder.reports.feedback import summary_html
 from autograder.reports.tables import item_summary, score_text
 
 # course_feedback.html.j2 sits in a `feedback` folder found before nbgrader's, so it extends nbgrader's page
-FEEDBACK_TEMPLATES = [str(Path(__file__).parent.parent / "reports" / "templates"),
-                      str(Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates")]
+NBGRADER_TEMPLATES = Path(__import__("nbgrader").__file__).parent / "server_extensions" / "formgrader" / "templates"
+FEEDBACK_TEMPLATES = [str(Path(__file__).parent.parent / "reports" / "templates"), str(NBGRADER_TEMPLATES)]
 RESULTS_KEY = "course_results"
 REPAIRS_KEY = "course_repairs"  # the repairs' notes, from sanitising (RepairSubmission) to grading (TrustedGrade)
 
@@ -86,11 +87,12 @@ class CourseAutograde(Autograde):
         for p in others:
             name = next((n for n, q in found.items() if filecmp.cmp(p, q, shallow=False)), None)
             if name is None:
-                self.log.warning("student '%s': %s is not a notebook of %s and was not graded", student, Path(p).name, aid)
+                self.log.warning("student '%s': %s is not a notebook of %s and was not graded",
+                                 student, Path(p).name, aid)
                 continue
             self.file_notes.setdefault(name, []).append(
                 f"the notebook was submitted as '{Path(p).name}'; it was graded as {name}.ipynb")
-        for name, path in found.items():
+        for _name, path in found.items():
             nb, error = read_notebook(path)
             if nb is None:
                 self.stop(f"student '{student}': not graded: {error}")
@@ -102,7 +104,8 @@ class CourseAutograde(Autograde):
 
 
 class RepairSubmission(NbGraderPreprocessor):
-    """Repair the submission against the released notebook (autograder/notebooks/repair.py), first of the sanitising steps."""
+    """Repair the submission against the released notebook (autograder/notebooks/repair.py), first of the
+    sanitising steps."""
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
@@ -182,9 +185,9 @@ class TrustedGrade(NbGraderPreprocessor):
 
 class CollectForGrading(NbGraderPreprocessor):
     """The first pass of a parallel nbgrader autograde: write each sanitised notebook, as TrustedGrade would grade
-    it, to `folder`/<student>/<notebook>.ipynb and score nothing (the only autograde preprocessor of that pass). `course grade
-    folder --results-dir DIR` then grades them on all cores or a cluster, and a second `nbgrader autograde --force`
-    with TrustedGrade.results_dir=DIR writes the gradebook from those results."""
+    it, to `folder`/<student>/<notebook>.ipynb and score nothing (the only autograde preprocessor of that pass).
+    `course grade folder --results-dir DIR` then grades them on all cores or a cluster, and a second
+    `nbgrader autograde --force` with TrustedGrade.results_dir=DIR writes the gradebook from those results."""
 
     folder = Unicode("", help="where the notebooks to grade are written").tag(config=True)
 

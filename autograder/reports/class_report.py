@@ -84,7 +84,7 @@ def experiment_figure(exp, found):
     metrics = [m for m in dict.fromkeys([exp.metric, *exp.threshold])
                if any(m in f["metrics"] for f in found)]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 1, 2.6), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
+    for ax, metric in zip(axes[0], metrics, strict=True):
         values = [f["metrics"][metric] for f in found if metric in f["metrics"]]
         ax.hist(values, bins=min(20, max(5, len(values))), color="C1")
         bound = exp.threshold.get(metric)
@@ -128,7 +128,7 @@ def assignment_section(aid, rows):
             "figures": [totals_figure(whole, max_total), items_figure(items, means, maxima)],
             "items": [{"item": item, "mean": mean, "top": top, "reasons": counts[item].most_common(TOP_REASONS),
                        "restored": restored[item][0], "regraded": restored[item][1]}
-                      for item, mean, top in zip(items, means, maxima)],
+                      for item, mean, top in zip(items, means, maxima, strict=True)],
             **experiment_sections(aid, rows), "similar": similar_section(aid, rows)}
 
 

@@ -219,7 +219,8 @@ def metric_rows(metrics, lecture, threshold):
     """A MetricRow per metric of the threshold, the measurement or the lecture (in that order of first mention)."""
     names = dict.fromkeys([*threshold, *metrics, *lecture])
     return [MetricRow(name, f"{metrics[name]:.4g}" if isinstance(metrics.get(name), (int, float)) else "",
-                      f"{lecture[name]:g}" if name in lecture else "", str(threshold[name]) if name in threshold else "")
+                      f"{lecture[name]:g}" if name in lecture else "",
+                      str(threshold[name]) if name in threshold else "")
             for name in names]
 
 

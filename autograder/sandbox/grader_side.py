@@ -171,7 +171,8 @@ class Sandbox:
                 self.request("harness", STARTUP_SECONDS, module=module, source=source)
             except (StudentRaised, SandboxFailure) as e:
                 self.kill()
-                raise SandboxFailure("sandbox", f"the harness '{module}' could not be loaded in the sandbox: {e}") from e
+                raise SandboxFailure("sandbox",
+                                     f"the harness '{module}' could not be loaded in the sandbox: {e}") from e
         self._load_cells()
 
     def _load_cells(self):
@@ -261,11 +262,11 @@ class Sandbox:
         try:
             tensors = unpack(answer.get("blob"))
         except Exception as e:  # bytes the student forged are a wrong answer, not a grader crash
-            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})")
+            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})") from e
         try:
             return from_student(answer.get("value"), tensors)
         except (KeyError, TypeError, AttributeError) as e:
-            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})")
+            raise StudentRaised(f"returned tensors that could not be read back ({type(e).__name__})") from e
 
     def output(self):
         return self.tap.take()

@@ -3,6 +3,7 @@
 Started from child/__main__.py with the grader's import path less the course and an environment with nothing of
 the grader's (import_path, sandbox_env); a sandbox then starts in milliseconds, not in torch's import time.
 """
+import contextlib
 import json
 import os
 import select
@@ -74,7 +75,7 @@ class Zygote:
 
         life_w is the sandbox's lifeline: only this process holds it, and its closing ends the sandbox.
         """
-        for attempt in (1, 2):  # a zygote that died since its last spawn is replaced once
+        for _attempt in (1, 2):  # a zygote that died since its last spawn is replaced once
             (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w), (life_r, life_w) = \
                 (os.pipe() for _ in range(5))
             theirs = [req_r, resp_w, out_w, status_w, life_r]
@@ -82,10 +83,9 @@ class Zygote:
                 with self.lock:
                     if self.proc is None or self.proc.poll() is not None:
                         self._start()
-                    try:
+                    # the zygote may have gone away between poll() and send: reading the pid below fails then
+                    with contextlib.suppress(OSError):
                         socket.send_fds(self.sock, [json.dumps(cfg).encode()], theirs)
-                    except OSError:
-                        pass  # the zygote went away between poll() and send: reading the pid below fails
             finally:
                 for fd in theirs:  # the message holds its own copies: a zygote that dies means EOF, not a wait
                     os.close(fd)
@@ -112,7 +112,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
         # its stderr (an import that fails, a monitor's traceback) goes to a file only the grader holds: the
         # cause a failed start names
-        self.errors = tempfile.TemporaryFile()
+        self.errors = tempfile.TemporaryFile()  # noqa: SIM115 -- kept for the zygote's life
         self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno()),
                                       json.dumps(import_path())],
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=self.errors,

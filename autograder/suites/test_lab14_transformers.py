@@ -102,10 +102,11 @@ def test_sdpa_gradients(student, rng):
     for label, Q, K, V, mask in list(attention_cases(rng))[:3]:
         student.case(label + ", gradients w.r.t. Q, K, V")
         up = randn(rng, *Q.shape[:-1], V.shape[-1])
-        (out, _), grads = student.grad("scaled_dot_product_attention", (Q, K, V, mask), wrt=[0, 1, 2], upstream=[up, None])
+        (out, _), grads = student.grad("scaled_dot_product_attention", (Q, K, V, mask), wrt=[0, 1, 2],
+                                       upstream=[up, None])
         leaves = [t.clone().requires_grad_(True) for t in (Q, K, V)]
         expected = torch.autograd.grad((attention_oracle(*leaves, mask)[0] * up).sum(), leaves)
-        for name, e, got in zip(("dQ", "dK", "dV"), expected, grads):
+        for name, e, got in zip(("dQ", "dK", "dV"), expected, grads, strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[1]} ({label})")
             check_close(name, e, got, atol=1e-4, oracle="autograd through F.scaled_dot_product_attention",
@@ -156,7 +157,7 @@ def small_mha_module(case):
     mha = nn.MultiheadAttention(case["E"], case["heads"], bias=case["bias"], batch_first=True)
     state = [case[k] for k in mha.state_dict()]
     with torch.no_grad():
-        for t, v in zip(mha.state_dict().values(), state):
+        for t, v in zip(mha.state_dict().values(), state, strict=True):
             t.copy_(v)
     return mha, state
 
@@ -266,7 +267,7 @@ def oracle_layer(state, d, h, ff):
     mapping = {"self_attn." + k[5:]: v for k, v in state.items() if k.startswith("attn.")}
     mapping.update({k: v for k, v in state.items() if k.startswith(("norm1.", "norm2."))})
     mapping.update(dict(zip(["linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"],
-                            [state[k] for k in linears])))
+                            [state[k] for k in linears], strict=True)))
     missing = set(layer.state_dict()) - set(mapping)
     if missing:
         raise Fail(f"EncoderBlock's state has no counterpart for {sorted(missing)} of nn.TransformerEncoderLayer "
@@ -274,7 +275,8 @@ def oracle_layer(state, d, h, ff):
     try:
         layer.load_state_dict(mapping)
     except RuntimeError as e:
-        raise Fail(f"EncoderBlock's weights do not fit nn.TransformerEncoderLayer: {str(e).splitlines()[-1][:200]}")
+        raise Fail(f"EncoderBlock's weights do not fit nn.TransformerEncoderLayer: "
+                   f"{str(e).splitlines()[-1][:200]}") from e
     return layer.eval()
 
 
@@ -306,7 +308,7 @@ def test_block_values(student, rng):
         block = student.new("EncoderBlock", d, h, ff_dim=ff, dropout=0.0)
         state = student.state(block)
         with torch.no_grad():  # non-trivial LayerNorm affine parameters, so swapped norms show
-            for k, v in state.items():
+            for _k, v in state.items():
                 v.add_(0.1 * torch.randn(v.shape, generator=rng))
         student.load_state(block, list(state.values()))
         layer = oracle_layer(state, d, h, ff or 4 * d)
@@ -316,8 +318,8 @@ def test_block_values(student, rng):
             expected = layer(x)
             hx = layer.norm1(x)
             _, ref_w = layer.self_attn(hx, hx, hx, average_attn_weights=False)
-        check_close("y", expected, y, atol=tol(student, x.dtype) * 10, oracle="nn.TransformerEncoderLayer(norm_first=True)",
-                    dims=("batch", "position", "col"), case=label)
+        check_close("y", expected, y, atol=tol(student, x.dtype) * 10,
+                    oracle="nn.TransformerEncoderLayer(norm_first=True)", dims=("batch", "position", "col"), case=label)
         check_close("weights", ref_w, w, atol=tol(student, x.dtype) * 10, oracle="the attention weights of LN1(x)",
                     dims=HEAD_DIMS[:3] + ("key",), case=label)
 
@@ -385,7 +387,8 @@ def test_clf_shapes(student, rng):
     check_true(n == 25601, f"TransformerClassifier() has {n} parameters, expected 25,601")
     student.method(model, "eval")
     x = randn(rng, 3, 60, 1)
-    logits, attns = check_tuple("forward(x, return_attn=True)", 2, student.method(model, "forward", x, return_attn=True))
+    logits, attns = check_tuple("forward(x, return_attn=True)", 2,
+                                student.method(model, "forward", x, return_attn=True))
     check_tensor("logits", torch.empty(3, 1), logits, device=student.device)
     check_true(isinstance(attns, list) and len(attns) == 2, f"return_attn gave {type(attns).__name__} of "
                f"{len(attns) if isinstance(attns, (list, tuple)) else '?'} items, expected a list of 2 (one per layer)")

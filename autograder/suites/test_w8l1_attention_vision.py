@@ -90,7 +90,8 @@ def test_mse_values(student, rng):
     for label, a, b in mse_cases(rng):
         student.case(label)
         got = student.call("mse_loss", a, b)
-        check_close("mse_loss(x_hat, x)", F.mse_loss(a, b), got, atol=tol(student, a.dtype), oracle="F.mse_loss", case=label)
+        check_close("mse_loss(x_hat, x)", F.mse_loss(a, b), got, atol=tol(student, a.dtype), oracle="F.mse_loss",
+                    case=label)
 
 
 @pytest.mark.item("mse_loss", "gradients")
@@ -103,10 +104,11 @@ def test_mse_gradients(student, rng):
         _, grads = student.grad("mse_loss", (a, b), wrt=[0, 1], upstream=[up])
         leaves = [t.clone().requires_grad_(True) for t in (a, b)]
         expected = torch.autograd.grad(F.mse_loss(*leaves) * up, leaves)
-        for name, e, got in zip(("d/dx_hat", "d/dx"), expected, grads):
+        for name, e, got in zip(("d/dx_hat", "d/dx"), expected, grads, strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[2:]} ({label})")
-            check_close(name, e, got, atol=tol(student, a.dtype), oracle="autograd through F.mse_loss", case=student.label)
+            check_close(name, e, got, atol=tol(student, a.dtype), oracle="autograd through F.mse_loss",
+                        case=student.label)
 
 
 # --- AutoEncoder ----------------------------------------------------------------------------------
@@ -149,8 +151,8 @@ def test_ae_values(student, rng):
             want_x, want_code = reference(x), reference.encoder(x)
         got = student.method(ae, "forward", x)
         # the code is the encoder's output (no ReLU on it); where the Sigmoid sits is the student's choice
-        check_close("encoder(x)", want_code, student.method(student.attr(ae, "encoder"), "forward", x), atol=tol(student, x.dtype),
-                    oracle="784 -> hidden -> ReLU -> k", dims=("row", "code"), case=label)
+        check_close("encoder(x)", want_code, student.method(student.attr(ae, "encoder"), "forward", x),
+                    atol=tol(student, x.dtype), oracle="784 -> hidden -> ReLU -> k", dims=("row", "code"), case=label)
         check_close("forward(x)", want_x, got, atol=tol(student, x.dtype),
                     oracle="784 -> hidden -> ReLU -> k -> hidden -> ReLU -> 784 -> Sigmoid", dims=("row", "pixel"),
                     case=label)
@@ -186,8 +188,8 @@ def test_corrupt_shapes(student, rng):
                                 ((2, 784), torch.float32, 0.0)]:
         student.case(f"x {shape}, {dtype_name(dtype)}, sigma {sigma}")
         x = torch.rand(*shape, generator=rng, dtype=dtype)
-        check_tensor("corrupt(x, sigma, generator)", x, student.call("corrupt", x, sigma, generator=Seeded(int_seed(rng))),
-                     device=student.device)
+        check_tensor("corrupt(x, sigma, generator)", x,
+                     student.call("corrupt", x, sigma, generator=Seeded(int_seed(rng))), device=student.device)
         check_tensor("corrupt(x, sigma)", x, student.call("corrupt", x, sigma), device=student.device)
 
 
@@ -199,7 +201,8 @@ def test_corrupt_values(student, rng):
                  + ("a seeded generator" if seeded else "generator=None"))
         student.case(label)
         x = torch.rand(200, 784, generator=rng, dtype=dtype)
-        y = student.call("corrupt", x, sigma, generator=Seeded(int_seed(rng))) if seeded else student.call("corrupt", x, sigma)
+        y = (student.call("corrupt", x, sigma, generator=Seeded(int_seed(rng))) if seeded
+             else student.call("corrupt", x, sigma))
         noise_stats(student, x, y, sigma, label)
 
 
@@ -554,7 +557,8 @@ def score_shapes(student, rng, name, extra=lambda rng, d, dtype: ()):
         check_tensor(f"{name}(s, H)", torch.empty(H.shape[:-1], dtype=q.dtype), got, device=student.device)
 
 
-def score_values(student, rng, name, oracle, oracle_name, extra=lambda rng, d, dtype: (), mistakes=lambda q, H, *args: {}):
+def score_values(student, rng, name, oracle, oracle_name, extra=lambda rng, d, dtype: (),
+                 mistakes=lambda q, H, *args: {}):
     for label, q, H in score_cases(rng):
         student.case(label)
         args = extra(rng, q.shape[-1], q.dtype)
@@ -652,8 +656,8 @@ def test_cosine_values(student, rng):
     label = "H (2, 4, 6) whose state 2 of row 1 is all zeros (F.cosine_similarity gives 0 there)"
     student.case(label)
     H[1, 2] = 0
-    check_close("score_cosine(s, H)", cosine_oracle(q, H), student.call("score_cosine", q, H), atol=tol(student, q.dtype) * 10,
-                oracle="F.cosine_similarity", dims=SCORE_DIMS, case=label)
+    check_close("score_cosine(s, H)", cosine_oracle(q, H), student.call("score_cosine", q, H),
+                atol=tol(student, q.dtype) * 10, oracle="F.cosine_similarity", dims=SCORE_DIMS, case=label)
 
 
 def additive_args(rng, d, dtype):
@@ -765,7 +769,8 @@ def context_cases(rng):
     """(label, scores, H, mask)."""
     yield "scores (4, 7), H (4, 7, 16), no mask", randn(rng, 4, 7) * 2, randn(rng, 4, 7, 16), None
     mask, _ = padding_mask(rng, 5, 9)
-    yield "scores (5, 9), H (5, 9, 6), padding mask (True = real token)", randn(rng, 5, 9) * 2, randn(rng, 5, 9, 6), mask
+    yield ("scores (5, 9), H (5, 9, 6), padding mask (True = real token)", randn(rng, 5, 9) * 2, randn(rng, 5, 9, 6),
+           mask)
     mask, _ = padding_mask(rng, 3, 6)
     yield ("scores (3, 6), H (3, 6, 4) float64, padding mask", randn(rng, 3, 6, dtype=torch.float64),
            randn(rng, 3, 6, 4, dtype=torch.float64), mask)
@@ -839,7 +844,8 @@ def test_context_gradients(student, rng):
         leaves = [t.clone().requires_grad_(True) for t in (scores, H)]
         ref_c, ref_alpha = context_oracle(*leaves, mask)
         expected = torch.autograd.grad((ref_c * up_c).sum() + (ref_alpha * up_a).sum(), leaves)
-        for name, e, got, dims in zip(("d/dscores", "d/dH"), expected, grads, (SCORE_DIMS, SCORE_DIMS + ("unit",))):
+        for name, e, got, dims in zip(("d/dscores", "d/dH"), expected, grads, (SCORE_DIMS, SCORE_DIMS + ("unit",)),
+                                  strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[2:]} ({label})")
             check_close(name, e, got, atol=1e-4 if H.dtype == torch.float32 else 1e-9,
@@ -1077,8 +1083,8 @@ def test_local_properties(student, rng):
     check_close("local_attention(alpha, argmax, 0)", F.one_hot(alpha.argmax(-1), T).double(), at_max, atol=1e-12,
                 oracle="one-hot at the argmax", dims=("batch", "position"),
                 case=label)
-    check_close(f"local_attention(alpha, centre, {T - 1})", alpha, student.call("local_attention", alpha, centre, T - 1),
-                oracle="alpha", dims=("batch", "position"),
+    check_close(f"local_attention(alpha, centre, {T - 1})", alpha,
+                student.call("local_attention", alpha, centre, T - 1), oracle="alpha", dims=("batch", "position"),
                 atol=1e-12, case=label)
 
 

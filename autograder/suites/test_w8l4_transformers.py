@@ -128,8 +128,9 @@ def test_attention_values(student, rng):
         bad_Z, bad_A = attention_oracle(unscaled(Q), K, V, mask, blocked=True)
         check_close("Z", ref_Z, Z, atol=tol(student, Q.dtype), oracle="F.scaled_dot_product_attention",
                     dims=dims_of(Q), case=label, mistakes={SCALE_MISSING: bad_Z})
-        check_close("A", ref_A, A, atol=tol(student, Q.dtype), oracle="softmax(Q K^T / sqrt(d_k)) with blocked keys at 0",
-                    dims=dims_of(Q, ATTN_DIMS), case=label, mistakes={SCALE_MISSING: bad_A})
+        check_close("A", ref_A, A, atol=tol(student, Q.dtype),
+                    oracle="softmax(Q K^T / sqrt(d_k)) with blocked keys at 0", dims=dims_of(Q, ATTN_DIMS), case=label,
+                    mistakes={SCALE_MISSING: bad_A})
 
 
 @pytest.mark.item("attention", "gradients")
@@ -141,7 +142,7 @@ def test_attention_gradients(student, rng):
         (Z, _), grads = student.grad("attention", (Q, K, V, mask), wrt=[0, 1, 2], upstream=[up, None])
         leaves = [t.clone().requires_grad_(True) for t in (Q, K, V)]
         expected = torch.autograd.grad((attention_oracle(*leaves, mask, blocked=True)[0] * up).sum(), leaves)
-        for name, e, got in zip(("dQ", "dK", "dV"), expected, grads):
+        for name, e, got in zip(("dQ", "dK", "dV"), expected, grads, strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[1]} ({label})")
             check_close(name, e, got, atol=tol(student, Q.dtype, "gradients"),
@@ -221,7 +222,7 @@ def oracle_mha(state, prefix, d, h, bias, dtype=torch.float32):
         mha.load_state_dict({k: v.to(dtype) for k, v in sd.items()})
     except RuntimeError as e:
         raise Fail(f"{owner}'s W^Q, W^K, W^V, W^O do not have the shapes of nn.Linear({d}, {d}): "
-                   f"{str(e).splitlines()[-1][:200]}")
+                   f"{str(e).splitlines()[-1][:200]}") from e
     return mha
 
 
@@ -238,7 +239,8 @@ def mha_oracle(mha, x_q, x_kv, mask, h):
 
 def mha_cases(rng):
     """(label, d, h, bias, x_q, x_kv or None, mask, dtype)."""
-    yield "d_model 16, 4 heads, self-attention x (3, 5, 16)", 16, 4, True, randn(rng, 3, 5, 16), None, None, torch.float32
+    yield ("d_model 16, 4 heads, self-attention x (3, 5, 16)",
+           16, 4, True, randn(rng, 3, 5, 16), None, None, torch.float32)
     yield ("d_model 24, 3 heads, x_q (2, 4, 24), x_kv (2, 7, 24), padding mask (2, 1, 1, 7)",
            24, 3, True, randn(rng, 2, 4, 24), randn(rng, 2, 7, 24), pad_mask([5, 7], 7), torch.float32)
     yield ("d_model 32, 8 heads, causal mask (6, 6)", 32, 8, True, randn(rng, 2, 6, 32), None, tri(6), torch.float32)
@@ -260,11 +262,13 @@ def test_mha_shapes(student, rng):
     student.case("MultiHeadAttention() with the defaults")
     m = student.new("MultiHeadAttention")
     check_true(student.attr(m, "h") == 8 and student.attr(m, "d_k") == 64,
-               f"MultiHeadAttention() has h = {student.attr(m, 'h')!r}, d_k = {student.attr(m, 'd_k')!r}, expected 8 and 64")
+               f"MultiHeadAttention() has h = {student.attr(m, 'h')!r}, d_k = {student.attr(m, 'd_k')!r}, "
+               f"expected 8 and 64")
     student.case("MultiHeadAttention(24, 3)")
     m = student.new("MultiHeadAttention", 24, 3)
     check_true(student.attr(m, "h") == 3 and student.attr(m, "d_k") == 8,
-               f"MultiHeadAttention(24, 3) has h = {student.attr(m, 'h')!r}, d_k = {student.attr(m, 'd_k')!r}, expected 3 and 8")
+               f"MultiHeadAttention(24, 3) has h = {student.attr(m, 'h')!r}, d_k = {student.attr(m, 'd_k')!r}, "
+               f"expected 3 and 8")
     state = student.state(m)
     for n in "QKVO":
         lin = student.attr(m, f"W{n}")
@@ -355,15 +359,16 @@ def test_mha_values(student, rng):
         mha = oracle_mha(student.state(m), "", d, h, bias, dtype)
         if label.startswith("d_model 16"):
             dk = d // h
-            check_close("split_heads(x)", x_q.reshape(3, 5, h, dk).transpose(1, 2), student.method(m, "split_heads", x_q),
-                        atol=0, dims=HEAD_DIMS, case="head i takes columns i*d_k:(i+1)*d_k")
+            check_close("split_heads(x)", x_q.reshape(3, 5, h, dk).transpose(1, 2),
+                        student.method(m, "split_heads", x_q), atol=0, dims=HEAD_DIMS,
+                        case="head i takes columns i*d_k:(i+1)*d_k")
         args = (x_q,) if x_kv is None else (x_q, x_kv)
         out, A = check_tuple("forward", 2, student.method(m, "forward", *args, mask=mask))
         with torch.no_grad():
             ref_out, ref_A = mha_oracle(mha, x_q, x_q if x_kv is None else x_kv, mask, h)
             bad_out, bad_A = mha_oracle(unscaled_mha(mha), x_q, x_q if x_kv is None else x_kv, mask, h)
-        check_close("out", ref_out, out, atol=tol(student, dtype), oracle="nn.MultiheadAttention", dims=SEQ_DIMS, case=label,
-                    mistakes={SCALE_MISSING: bad_out})
+        check_close("out", ref_out, out, atol=tol(student, dtype), oracle="nn.MultiheadAttention", dims=SEQ_DIMS,
+                    case=label, mistakes={SCALE_MISSING: bad_out})
         check_close("A", ref_A, A, atol=tol(student, dtype), oracle="nn.MultiheadAttention's per-head weights",
                     dims=ATTN_DIMS, case=label, mistakes={SCALE_MISSING: bad_A})
 
@@ -382,7 +387,7 @@ def test_mha_gradients(student, rng):
         leaves = [t.clone().requires_grad_(True) for t in ((x_q, x_kv) if cross else (x_q,))]
         ref_out, _ = mha_oracle(mha, leaves[0], leaves[-1], mask, h)
         expected = torch.autograd.grad((ref_out * up).sum(), leaves)
-        for name, e, got in zip(("d x_q", "d x_kv"), expected, grads):
+        for name, e, got in zip(("d x_q", "d x_kv"), expected, grads, strict=False):
             if got is None:
                 raise Fail(f"no gradient reached {name[2:]} ({label})")
             check_close(name, e, got, atol=tol(student, dtype, "gradients"),
@@ -456,7 +461,7 @@ def small_offset(draw):
 @pytest.mark.item("offset_matrix", "values")
 @smallest_case(function_search("offset_matrix", small_offset, ref.offset_matrix, ("M_k",), ("k", "d_emb")))
 def test_offset_values(student, rng):
-    for d, k in zip([16, 8, 2 * randint(rng, 2, 12), 32, 6], offset_ks(rng)):
+    for d, k in zip([16, 8, 2 * randint(rng, 2, 12), 32, 6], offset_ks(rng), strict=True):
         label = f"offset_matrix({k}, {d})"
         student.case(label)
         M = student.call("offset_matrix", k, d)
@@ -545,8 +550,8 @@ def test_ff_values(student, rng):
         x = randn(rng, *shape)
         w1, b1, w2, b2 = (take(st, k, "FeedForward") for k in ("lin1.weight", "lin1.bias", "lin2.weight", "lin2.bias"))
         expected = F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2)
-        check_close("y", expected, student.method(m, "forward", x), atol=tol(student, x.dtype), oracle="lin2(ReLU(lin1(x)))",
-                    dims=None, case=label)
+        check_close("y", expected, student.method(m, "forward", x), atol=tol(student, x.dtype),
+                    oracle="lin2(ReLU(lin1(x)))", dims=None, case=label)
 
 
 # --- EncoderLayer ----------------------------------------------------------------------------------
@@ -585,7 +590,7 @@ def load_oracle(layer, sd, owner):
     try:
         layer.load_state_dict(sd)
     except RuntimeError as e:
-        raise Fail(f"{owner}'s weights do not fit {type(layer).__name__}: {str(e).splitlines()[-1][:200]}")
+        raise Fail(f"{owner}'s weights do not fit {type(layer).__name__}: {str(e).splitlines()[-1][:200]}") from e
     return layer  # left in train mode (dropout 0): PyTorch's fused eval path would zero padded rows
 
 
@@ -642,8 +647,8 @@ def test_enc_values(student, rng):
         y, A = check_tuple("EncoderLayer.forward", 2, student.method(layer, "forward", x, mask=mask))
         with torch.no_grad():
             ref_y, ref_A = encoder_oracle(oracle, x, mask, h)
-        check_close("y", ref_y, y, atol=tol(student, x.dtype) * 10, oracle="nn.TransformerEncoderLayer (post-norm, ReLU)",
-                    dims=SEQ_DIMS, case=label)
+        check_close("y", ref_y, y, atol=tol(student, x.dtype) * 10,
+                    oracle="nn.TransformerEncoderLayer (post-norm, ReLU)", dims=SEQ_DIMS, case=label)
         check_close("A", ref_A, A, atol=tol(student, x.dtype) * 10, oracle="the self-attention weights of x",
                     dims=ATTN_DIMS, case=label)
 
@@ -709,9 +714,10 @@ def test_dec_shapes(student, rng):
     want = sum(t.numel() for t in ref.DecoderLayer(32, 4, 64).state_dict().values())
     check_true(n == want, f"DecoderLayer(32, 4, 64) has {n:,} weights, expected {want:,}")
     student.case("DecoderLayer(32, 4, 64), y (2, 6, 32), memory (2, 9, 32), causal mask")
-    out = check_tuple("DecoderLayer.forward", 3, student.method(layer, "forward", randn(rng, 2, 6, 32), randn(rng, 2, 9, 32),
-                                                          causal_mask=tri(6)))
-    for name, want_shape, t in zip(("y", "A_self", "A_cross"), [(2, 6, 32), (2, 4, 6, 6), (2, 4, 6, 9)], out):
+    out = check_tuple("DecoderLayer.forward", 3,
+                      student.method(layer, "forward", randn(rng, 2, 6, 32), randn(rng, 2, 9, 32), causal_mask=tri(6)))
+    for name, want_shape, t in zip(("y", "A_self", "A_cross"), [(2, 6, 32), (2, 4, 6, 6), (2, 4, 6, 9)], out,
+                                   strict=False):
         check_tensor(name, torch.empty(want_shape), t, device=student.device)
 
 
@@ -727,7 +733,8 @@ def test_dec_values(student, rng):
             expected = decoder_oracle(oracle, y, mem, cmask, mmask, h)
         for name, e, t, dims, what in zip(("y", "A_self", "A_cross"), expected, got, (SEQ_DIMS, ATTN_DIMS, ATTN_DIMS),
                                           ("nn.TransformerDecoderLayer (post-norm, ReLU)", "the self-attention weights",
-                                           "the cross-attention weights (queries from LN1(y + SelfAttn))")):
+                                           "the cross-attention weights (queries from LN1(y + SelfAttn))"),
+                                          strict=False):
             check_close(name, e, t, atol=tol(student, y.dtype) * 10, oracle=what, dims=dims, case=label)
 
 
@@ -792,15 +799,15 @@ def matched_reference(student, model, rng, kwargs):
         theirs = [(name, state[name]) for name, _ in ours]
     got_shapes, want_shapes = [tuple(v.shape) for _, v in theirs], [tuple(p.shape) for _, p in ours]
     if got_shapes != want_shapes:
-        k = next((i for i, (u, w) in enumerate(zip(got_shapes, want_shapes)) if u != w), min(map(len, (got_shapes,
-                                                                                                   want_shapes))))
+        k = next((i for i, (u, w) in enumerate(zip(got_shapes, want_shapes, strict=False)) if u != w),
+                 min(len(got_shapes), len(want_shapes)))
         got_k = f"'{theirs[k][0]}' of shape {got_shapes[k]}" if k < len(theirs) else "nothing"
         want_k = f"'{ours[k][0]}' of shape {want_shapes[k]}" if k < len(ours) else "nothing"
         raise Fail(f"the Transformer's parameters do not line up with the reference's ({len(theirs)} tensors, expected "
                    f"{len(ours)}: src_emb, tgt_emb, encoder layers, decoder layers, out, in that order); parameter "
                    f"{k} is {got_k}, expected {want_k}")
     with torch.no_grad():
-        for (_, p), (_, v) in zip(ours, theirs):
+        for (_, p), (_, v) in zip(ours, theirs, strict=True):
             p.copy_(v)
     return reference
 
@@ -827,10 +834,10 @@ def transformer_cases(rng):
 def test_tr_shapes(student, rng):
     student.case("Transformer(13, d_model=32, h=4, d_ff=48, n_enc=1, n_dec=2)")
     model = student.new("Transformer", VOCAB, d_model=32, h=4, d_ff=48, n_enc=1, n_dec=2)
-    check_true(student.attr(model, "use_causal_mask") is True, f"use_causal_mask is {student.attr(model, 'use_causal_mask')!r} "
-                                                         f"after construction, expected True")
-    check_true(student.attr(model, "pe_scale") == 1.0, f"pe_scale is {student.attr(model, 'pe_scale')!r} after construction, "
-                                                 f"expected 1.0")
+    check_true(student.attr(model, "use_causal_mask") is True,
+               f"use_causal_mask is {student.attr(model, 'use_causal_mask')!r} after construction, expected True")
+    check_true(student.attr(model, "pe_scale") == 1.0,
+               f"pe_scale is {student.attr(model, 'pe_scale')!r} after construction, expected 1.0")
     reference = ref.Transformer(VOCAB, d_model=32, h=4, d_ff=48, n_enc=1, n_dec=2)
     buffers = top_buffers(student, model)
     n = sum(v.numel() for k, v in student.state(model).items() if k not in buffers)
@@ -838,11 +845,13 @@ def test_tr_shapes(student, rng):
     check_true(n == want, f"the model has {n:,} trainable weights, expected {want:,} (the PE table is not trained)")
     src, tgt_in = torch.randint(0, VOCAB, (2, 5), generator=rng), torch.randint(0, VOCAB, (2, 4), generator=rng)
     student.case("forward(src (2, 5), tgt_in (2, 4))")
-    check_tensor("logits", torch.empty(2, 4, VOCAB), student.method(model, "forward", src, tgt_in), device=student.device)
+    check_tensor("logits", torch.empty(2, 4, VOCAB), student.method(model, "forward", src, tgt_in),
+                 device=student.device)
     state = student.method(model, "encode", src)
     if transportable(state):
         student.case("decode(tgt_in (2, 4), encode(src (2, 5)))")
-        check_tensor("logits", torch.empty(2, 4, VOCAB), student.method(model, "decode", tgt_in, state), device=student.device)
+        check_tensor("logits", torch.empty(2, 4, VOCAB), student.method(model, "decode", tgt_in, state),
+                     device=student.device)
 
 
 @pytest.mark.item("Transformer", "values")
@@ -864,8 +873,9 @@ def test_tr_values(student, rng):
                     case=label)
         state = student.method(model, "encode", src)
         if transportable(state):
-            check_close("decode(tgt_in, encode(src))", expected, student.method(model, "decode", tgt_in, state), atol=atol,
-                        rtol=1e-4, oracle="the reference Transformer", dims=("batch", "position", "token"), case=label)
+            check_close("decode(tgt_in, encode(src))", expected, student.method(model, "decode", tgt_in, state),
+                        atol=atol, rtol=1e-4, oracle="the reference Transformer", dims=("batch", "position", "token"),
+                        case=label)
 
 
 # --- make_batch ------------------------------------------------------------------------------------
@@ -936,11 +946,11 @@ def test_batch_properties(student, rng):
     student.case(f"make_batch({B}, {L_min}, {L_max}, gen) twice with the same seed {seed}, global RNG state changed")
     student.seed += 1
     again = student.call("make_batch", B, L_min, L_max, Seeded(seed))
-    check_true(all(torch.equal(a, b) for a, b in zip((src, tgt_in, tgt, lens), again)),
+    check_true(all(torch.equal(a, b) for a, b in zip((src, tgt_in, tgt, lens), again, strict=False)),
                "the same generator seed gave a different batch: draw every random number from `gen`, "
                "not from the global RNG")
     other = student.call("make_batch", B, L_min, L_max, Seeded(seed + 7))
-    check_true(not all(torch.equal(a, b) for a, b in zip((src, lens), other[::3])),
+    check_true(not all(torch.equal(a, b) for a, b in zip((src, lens), other[::3], strict=False)),
                f"generators seeded {seed} and {seed + 7} gave the same batch")
 
 
@@ -1028,8 +1038,8 @@ def small_cost(draw):
 @smallest_case(function_search("mha_cost", small_cost, cost_oracle, ("params", "score_flops"),
                                ("d_model", "h", "d_k", "T")))
 def test_cost_values(student, rng):
-    cases = [(512, 8, 64, 100)] + [(randint(rng, 8, 256), randint(rng, 1, 16), randint(rng, 2, 64), randint(rng, 1, 300))
-                                   for _ in range(4)]
+    cases = [(512, 8, 64, 100)] + [
+        (randint(rng, 8, 256), randint(rng, 1, 16), randint(rng, 2, 64), randint(rng, 1, 300)) for _ in range(4)]
     for d, h, d_k, T in cases:
         student.case(f"mha_cost({d}, {h}, {d_k}, {T})")
         params, flops = check_tuple("mha_cost", 2, student.call("mha_cost", d, h, d_k, T))

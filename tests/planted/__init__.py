@@ -9,9 +9,9 @@ from autograder.notebooks.examples import mutate
 from autograder.reports.tables import item_summary
 
 # Why a check is not isolated yet (a reason, not an excuse: each is work left).
-SHAPES_TODO = ("covered but not isolated: its shape slip (SHAPE_SLIPS) breaks the values check too, which compares shapes "
-               "as well, so isolating it takes a case only the shapes check has (a dtype or size the values cases lack; "
-               "a device, on CUDA only)")
+SHAPES_TODO = ("covered but not isolated: its shape slip (SHAPE_SLIPS) breaks the values check too, which compares "
+               "shapes as well, so isolating it takes a case only the shapes check has (a dtype or size the values "
+               "cases lack; a device, on CUDA only)")
 OVERLAP_TODO = "every planted mistake so far that breaks this check also breaks another check of the item"
 
 

@@ -78,7 +78,8 @@ PLANTED = {
         "wrong": {
             "post_norm": ("h = self.norm1(x)\n", "h = x\n"),
             "relu_not_gelu": ("nn.GELU(),", "nn.ReLU(),"),
-            "no_residual_on_ff": ("x = x + self.dropout(self.ff(self.norm2(x)))", "x = self.dropout(self.ff(self.norm2(x)))"),
+            "no_residual_on_ff": ("x = x + self.dropout(self.ff(self.norm2(x)))",
+                                  "x = self.dropout(self.ff(self.norm2(x)))"),
             # a default width the shapes and values cases also use; a dropout only train mode shows
             "ff_dim_default_2x": ("ff_dim = ff_dim or 4 * d_model", "ff_dim = ff_dim or 2 * d_model"),
             "dropout_argument_ignored": ("ff_dim = ff_dim or 4 * d_model  # the usual 4x expansion\n",
@@ -124,8 +125,10 @@ PLANTED = {
     },
     "TransformerClassifier": {
         "wrong": {
-            "reads_last_position": ("logits = self.head(self.norm(h)[:, 0])", "logits = self.head(self.norm(h)[:, -1])"),
-            "no_positional_encoding": ("h = self.pos_enc(torch.cat([cls, h], dim=1))", "h = torch.cat([cls, h], dim=1)"),
+            "reads_last_position": ("logits = self.head(self.norm(h)[:, 0])",
+                                    "logits = self.head(self.norm(h)[:, -1])"),
+            "no_positional_encoding": ("h = self.pos_enc(torch.cat([cls, h], dim=1))",
+                                       "h = torch.cat([cls, h], dim=1)"),
         },
         "right": {
             "cls_appended_by_repeat": None,  # filled below: the reference with a different but equal CLS expansion
@@ -184,7 +187,8 @@ SHAPE_SLIPS = {
         ('self.register_buffer("pe", pe.float().unsqueeze(0))', 'self.register_buffer("pe", pe.float())'),
         {"shapes", "values", "properties"})},
     "TransformerClassifier": {"logits_squeezed": (
-        ("logits = self.head(self.norm(h)[:, 0])  # (B, 1)", "logits = self.head(self.norm(h)[:, 0]).squeeze(-1)  # (B,)"),
+        ("logits = self.head(self.norm(h)[:, 0])  # (B, 1)",
+         "logits = self.head(self.norm(h)[:, 0]).squeeze(-1)  # (B,)"),
         {"shapes", "values"})},
     "make_memory_dataset": {"labels_without_their_column": (
         ("y = (marker > 0).float().unsqueeze(1)", "y = (marker > 0).float()"), {"shapes", "properties"})},

@@ -58,7 +58,8 @@ PLANTED = {
             "variance_not_std": ("return x + sigma * eps", "return x + sigma ** 2 * eps"),
             "uniform_noise": ("eps = torch.randn(x.shape,", "eps = torch.rand(x.shape,"),
             "clipped_to_pixel_range": ("return x + sigma * eps", "return (x + sigma * eps).clamp(0, 1)"),
-            "generator_ignored": ("eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=gen_device).to(x.device)",
+            "generator_ignored": ("eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, "
+                                  "device=gen_device).to(x.device)",
                                   "eps = torch.randn_like(x)"),
             "one_draw_per_image": ("eps = torch.randn(x.shape,", "eps = torch.randn(x.shape[:-1] + (1,),"),
         },
@@ -272,7 +273,8 @@ PLANTED = {
     "score_general": {
         "wrong": {
             "W_a_transposed": ('"...d,de,...te->...t"', '"...d,ed,...te->...t"'),
-            "W_a_forgotten": ('torch.einsum("...d,de,...te->...t", s, W_a, H)', 'torch.einsum("...d,...td->...t", s, H)'),
+            "W_a_forgotten": ('torch.einsum("...d,de,...te->...t", s, W_a, H)',
+                              'torch.einsum("...d,...td->...t", s, H)'),
         },
         "right": {
             "project_s_first": '''def score_general(s, H, W_a):
@@ -338,7 +340,8 @@ PLANTED = {
             "zeroed_but_not_renormalised": ("scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)",
                                             "pass"),
             "softmax_over_the_batch": ("alpha = torch.softmax(scores, dim=-1)", "alpha = torch.softmax(scores, dim=0)"),
-            "scores_detached": ("alpha = torch.softmax(scores, dim=-1)", "alpha = torch.softmax(scores.detach(), dim=-1)"),
+            "scores_detached": ("alpha = torch.softmax(scores, dim=-1)",
+                                "alpha = torch.softmax(scores.detach(), dim=-1)"),
             "naive_exponential": '''def attention_context(scores, H, mask=None):
     """exp / sum over the real positions."""
     e = torch.exp(scores)
@@ -378,7 +381,8 @@ PLANTED = {
     "spatial_attention": {
         "wrong": {
             "W_a_transposed": ("score_general(s, A, W_a)", "score_general(s, A, W_a.mT)"),
-            "scaled_by_sqrt_d": ("score_general(s, A, W_a), A)", "score_general(s, A, W_a) / math.sqrt(A.shape[-1]), A)"),
+            "scaled_by_sqrt_d": ("score_general(s, A, W_a), A)",
+                                 "score_general(s, A, W_a) / math.sqrt(A.shape[-1]), A)"),
             "averaged_annotations": '''def spatial_attention(s, A, W_a):
     """Weights from the scores, but the context is the plain average."""
     alpha = torch.softmax(torch.einsum("bd,de,ble->bl", s, W_a, A), dim=-1)
@@ -466,7 +470,8 @@ TRAINING = {
         # mini-batches when the spec says full batch: near enough on the check's small problem, but the noise
         # keeps it off PCA's subspace on MNIST
         "variant": ("    gen = torch.Generator().manual_seed(seed)\n",
-                    "    gen = torch.Generator().manual_seed(seed)\n    batch = batch or 64  # mini-batches by default\n"),
+                    "    gen = torch.Generator().manual_seed(seed)\n"
+                    "    batch = batch or 64  # mini-batches by default\n"),
     },
     "spatial_attention_without_graph": {
         "item": "spatial_attention", "fails": ["red_square"],
@@ -617,10 +622,12 @@ CATCHES = {
 }
 # Shape slips: a leftover dimension, a dtype or a layout the caller does not expect (see add_shape_slips).
 SHAPE_SLIPS = {
-    "alpha_location": {"kept_a_dim_for_bmm": (('W_loc, s), dim=-1)', 'W_loc, s), dim=-1).unsqueeze(-2)  # (B, 1, T) for bmm'),
-                                              {"shapes", "values", "properties"})},
-    "attention_context": {"context_kept_as_a_row": (("return c, alpha", "return c.unsqueeze(-2), alpha  # (B, 1, d), as bmm gives it"),
-                                                    {"shapes", "values", "gradients", "properties"})},
+    "alpha_location": {"kept_a_dim_for_bmm": (
+        ('W_loc, s), dim=-1)', 'W_loc, s), dim=-1).unsqueeze(-2)  # (B, 1, T) for bmm'),
+        {"shapes", "values", "properties"})},
+    "attention_context": {"context_kept_as_a_row": (
+        ("return c, alpha", "return c.unsqueeze(-2), alpha  # (B, 1, d), as bmm gives it"),
+        {"shapes", "values", "gradients", "properties"})},
     "corrupt": {"noise_in_float64": (("dtype=x.dtype, device=gen_device)", "dtype=torch.float64, device=gen_device)"),
                                      {"shapes", "values", "properties"})},
     "local_attention": {"weights_made_float32": (("kept = alpha * keep", "kept = alpha.float() * keep"),
@@ -628,10 +635,10 @@ SHAPE_SLIPS = {
     "principal_angle_cosines": {"cosines_as_a_diagonal_matrix": (
         ("return torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0)",
          "return torch.diag_embed(torch.linalg.svdvals(Q_w.mT @ Q_v).clamp(max=1.0))"), {"shapes", "values"})},
-    "score_additive": {"v_a_as_a_column": (("return torch.tanh(pre) @ v_a", "return torch.tanh(pre) @ v_a.unsqueeze(-1)"),
-                                           {"shapes", "values"})},
-    "score_cosine": {"norms_keep_their_dim": (("H_norm = H.norm(dim=-1).clamp", "H_norm = H.norm(dim=-1, keepdim=True).clamp"),
-                                              {"shapes", "values"})},
+    "score_additive": {"v_a_as_a_column": (
+        ("return torch.tanh(pre) @ v_a", "return torch.tanh(pre) @ v_a.unsqueeze(-1)"), {"shapes", "values"})},
+    "score_cosine": {"norms_keep_their_dim": (
+        ("H_norm = H.norm(dim=-1).clamp", "H_norm = H.norm(dim=-1, keepdim=True).clamp"), {"shapes", "values"})},
     "score_general": {"bmm_result_not_squeezed": (
         ('return torch.einsum("...d,de,...te->...t", s, W_a, H)',
          'return torch.einsum("...d,de,...te->...t", s, W_a, H).unsqueeze(-1)  # (B, T, 1), as bmm gives it'),

@@ -15,7 +15,8 @@ PLANTED = {
             "mask_convention_flipped": ('scores = scores.masked_fill(mask, float("-inf"))',
                                         'scores = scores.masked_fill(~mask, float("-inf"))'),
             # right values, but no gradient reaches Q or K: only the gradients check can see it
-            "weights_detached": ("A = torch.softmax(scores, dim=-1)  #", "A = torch.softmax(scores, dim=-1).detach()  #"),
+            "weights_detached": ("A = torch.softmax(scores, dim=-1)  #",
+                                 "A = torch.softmax(scores, dim=-1).detach()  #"),
         },
         "right": {
             "einsum_and_stable_softmax": '''def attention(Q, K, V, mask=None):
@@ -189,7 +190,8 @@ PLANTED = {
             "no_residual_around_ff": ("return self.norm2(x + self.ff(x)), A", "return self.norm2(self.ff(x)), A"),
             "mask_ignored": ("a, A = self.attn(x, mask=mask)", "a, A = self.attn(x)"),
             # right values, but the feed-forward sub-layer passes no gradient back to its input
-            "ff_input_detached": ("return self.norm2(x + self.ff(x)), A", "return self.norm2(x + self.ff(x.detach())), A"),
+            "ff_input_detached": ("return self.norm2(x + self.ff(x)), A",
+                                  "return self.norm2(x + self.ff(x.detach())), A"),
         },
         "right": {
             "explicit_kv_and_sum_order": '''class EncoderLayer(nn.Module):
@@ -365,7 +367,8 @@ TRAINING = {
     "readout_on_detached_decoder": {
         "item": "Transformer", "also": ["causal_mask"], "fails": ["reverse_transformer", "no_causal_mask"],
         # only the read-out learns: embeddings, encoder and decoder keep their random initialisation
-        "variant": ("        return self.out(y)\n", "        return self.out(y.detach())  # no graph to keep past here\n"),
+        "variant": ("        return self.out(y)\n",
+                    "        return self.out(y.detach())  # no graph to keep past here\n"),
     },
 }
 # no_causal_mask trains the student's Transformer with use_causal_mask = False: causal_mask is not called in it,

@@ -70,7 +70,8 @@ def test_every_package_has_a_layer_and_a_one_line_docstring():
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and "\n" not in doc.strip(), f"{init.relative_to(ROOT)}: its job in one line, as its docstring"
     modules = [p for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
-    assert len(modules) <= 4, f"top-level modules: {[p.name for p in modules]} (a handful at most; the rest in packages)"
+    assert len(modules) <= 4, \
+        f"top-level modules: {[p.name for p in modules]} (a handful at most; the rest in packages)"
 
 
 def test_imports_point_down():

@@ -177,7 +177,8 @@ def test_a_stub_an_oracle_used_or_a_wrong_signature_zeroes_the_whole_item(grade)
 @pytest.mark.parametrize("body, cause", [
     ("undefined_helper(student)", "NameError"),  # the suite's own bug
     ("torch.zeros(2, 3) @ torch.zeros(4, 5)", "RuntimeError"),  # an error a wrong answer could cause, before any answer
-    ('from autograder.sandbox.grader_side import SandboxFailure\n    raise SandboxFailure("sandbox", "the grader\'s process died")',
+    ('from autograder.sandbox.grader_side import SandboxFailure\n'
+     '    raise SandboxFailure("sandbox", "the grader\'s process died")',
      "SandboxFailure"),  # the grader's own side of the sandbox
 ], ids=["suite_bug", "error_before_asking", "grader_side_of_the_sandbox"])
 def test_a_suite_that_breaks_is_a_grader_failure_and_scores_nobody(grade, body, cause):

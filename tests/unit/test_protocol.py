@@ -1,7 +1,7 @@
 """The sandbox's protocol without a sandbox: every value kind through the wire both ways, its limits, forgeries."""
 import ast
-import sys
 import importlib.util
+import sys
 
 import numpy as np
 import pytest

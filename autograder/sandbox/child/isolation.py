@@ -33,7 +33,8 @@ from . import helpers
 
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x40000000, 0x08000000, 0x20000000
 PR_SET_KEEPCAPS, PR_SET_CHILD_SUBREAPER, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 8, 36, 1, 2
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 1, 22, 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
@@ -146,8 +147,8 @@ def build_root(lib, cfg):
     _check(lib.umount2(b".", MNT_DETACH), "leave the machine's root")
     os.chdir("/")
     for path in (b"/", b"/dev"):
-        _check(lib.mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | (MS_NODEV if path == b"/" else 0), None),
-               "make the root read-only")
+        flags = MS_REMOUNT | MS_RDONLY | MS_NOSUID | (MS_NODEV if path == b"/" else 0)
+        _check(lib.mount(None, path, None, flags, None), "make the root read-only")
 
 
 # (audit arch, clone, unshare, clone3, open_by_handle_at) per machine, for the seccomp filter below

@@ -3,6 +3,7 @@
 The zygote imports torch once; each monitor watches its sandbox and the grader's lifeline and, when either goes,
 kills every process of the sandbox and removes its scratch folder.
 """
+import contextlib
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ import traceback
 from . import helpers
 from .isolation import CLONE_NEWPID, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, enter_sandbox, enter_user_namespace, libc
 from .server import Server
+
 
 def serve(cfg, req_fd, resp_fd, in_pid_namespace):
     """Enter the sandbox, then answer requests until the grader closes the channel."""
@@ -128,10 +130,8 @@ def monitor(cfg, fds):
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a grader gone is seen on the lifeline, not as a signal
     status = None
     try:
-        try:
+        with contextlib.suppress(OSError):
             os.write(status_w, f"{pid}\n".encode())
-        except OSError:
-            pass
         try:
             ended = os.pidfd_open(pid)
         except (AttributeError, OSError):
@@ -154,10 +154,8 @@ def monitor(cfg, fds):
             os.kill(pid, signal.SIGKILL)
             status = os.waitpid(pid, 0)[1]
         if not in_pid_namespace:  # a PID namespace died with its init; otherwise end the rest here
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
             if cfg["isolate"]:
                 kill_uid(cfg["uid"])
             if subreaper:
@@ -171,8 +169,9 @@ def monitor(cfg, fds):
 
 # Not torchvision: the notebooks import it only to download MNIST (never inside a sandbox), and it costs 1.7 s of
 # CPU (it pulls in torch._dynamo) for every grader process that starts a zygote.
-PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransformer2", "ipywidgets", "scipy.linalg", "math",
-           "random", "inspect", "types", "json", "typing", "dataclasses", "collections", "itertools", "functools")
+PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransformer2", "ipywidgets", "scipy.linalg",
+           "math", "random", "inspect", "types", "json", "typing", "dataclasses", "collections", "itertools",
+           "functools")
 
 
 def zygote(control_fd, import_path=None):
@@ -193,10 +192,8 @@ def zygote(control_fd, import_path=None):
     helpers.load_helpers()
     os.environ["MPLBACKEND"] = "Agg"
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox
-        try:
+        with contextlib.suppress(Exception):  # optional: a missing package is the notebook's own business
             __import__(name)
-        except Exception:  # noqa: BLE001 -- optional: a missing package is the notebook's own business
-            pass
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)       # monitors are reaped by the kernel
     sock = socket.socket(fileno=control_fd)
     while True:

@@ -120,7 +120,7 @@ class Server:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except BaseException:  # noqa: BLE001 -- the student may have replaced or closed them
+            except BaseException:  # the student may have replaced or closed them
                 pass
 
     def limit_reached(self, e):
@@ -175,7 +175,8 @@ class Server:
         try:
             helpers.STATE.assign_state(module, values)
         except helpers.STATE.StateMismatch as e:
-            raise StudentError(f"parameters and buffers have shapes {e.module_shapes}, expected {e.value_shapes}") from None
+            raise StudentError(f"parameters and buffers have shapes {e.module_shapes}, "
+                               f"expected {e.value_shapes}") from None
 
     def target(self, msg):
         """What a request names: a module by handle (or one of its methods), else a name of the notebook's."""
@@ -212,11 +213,12 @@ class Server:
         torch.manual_seed(msg.get("seed", 0))
         try:
             grad = msg.get("grad")
-            with self.tripwire.checking(msg.get("watch", [])) as watched:  # a student's backward counts too
-                with torch.enable_grad() if grad else torch.no_grad():
-                    value = fn(*args, **kwargs)
-                    if grad:
-                        value = self.backward(value, args, grad, tensors)
+            # a student's backward counts too
+            with self.tripwire.checking(msg.get("watch", [])) as watched, \
+                    torch.enable_grad() if grad else torch.no_grad():
+                value = fn(*args, **kwargs)
+                if grad:
+                    value = self.backward(value, args, grad, tensors)
         finally:
             restore_builtins()
         return self.watched_reply(value, msg, watched)
@@ -225,7 +227,7 @@ class Server:
         """d(sum_i <out_i, upstream_i>)/d(args[j]) for the requested args, next to the outputs."""
         torch = self.torch
         outs = value if isinstance(value, (tuple, list)) else (value,)
-        pairs = [(o, tensors[u]) for o, u in zip(outs, grad["upstream"]) if u is not None]
+        pairs = [(o, tensors[u]) for o, u in zip(outs, grad["upstream"], strict=False) if u is not None]
         for o, _ in pairs:
             if not isinstance(o, torch.Tensor) or not o.requires_grad:
                 raise StudentError("the output does not carry a gradient (was it detached, or computed under no_grad?)")

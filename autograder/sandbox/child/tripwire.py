@@ -1,6 +1,7 @@
 """The from-scratch rule at run time: the oracles course.yaml names, watched where they live. See Tripwire."""
 import sys
 
+
 class Tripwire:
     """The from-scratch rule at run time: the oracles course.yaml names, watched at the functions themselves.
 
@@ -206,11 +207,11 @@ def resolve(path):
     else:
         return None
     owner = module
-    for k, part in enumerate(parts[k:], start=k):
+    for i, part in enumerate(parts[k:], start=k):
         if sys.modules.get(getattr(owner, "__name__", None)) is owner and part not in vars(owner):
             return None  # a submodule not imported yet (a module's lazy __getattr__ would import it)
         obj = getattr(owner, part)
-        if k == len(parts) - 1:
+        if i == len(parts) - 1:
             return owner, part, obj
         owner = obj
 
