@@ -167,7 +167,7 @@ def test_without_cap_sys_admin_the_grader_degrades_to_a_fresh_uid_and_its_limits
             for name, r in results.items()}
     assert {name: r["extra_data"]["isolation"] for name, r in results.items()} == dict.fromkeys(results, "uid")
     assert lost == {"complete": {}, "forks_in_a_loop": {MMD: 3}, "spawns_a_background_process": {},
-                    "patched_torch_allclose": WRONG_LOST}
+                    "patched_torch_allclose": {item: n for item, n in WRONG_LOST.items() if n}}
     assert "process limit" in json.dumps(results["forks_in_a_loop"])
     left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 601"]
     assert not left, "a process the submission started outlived its grading"
