@@ -9,6 +9,7 @@ import csv
 import re
 import shutil
 from html import unescape
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -101,3 +102,51 @@ def test_generate_autograde_feedback_export(tmp_path, graded_solutions, aid):
     assert sorted(r["student_id"] for r in rows) == ["alice", "bob", "carol"]
     by_student = {r["student_id"]: float(r["score"]) for r in rows}
     assert by_student == pytest.approx(scores)
+
+
+def autograded_outputs(root, aid, student):
+    """The text each test cell of the student's autograded notebook shows."""
+    nb = nbformat.read(root / "autograded" / student / aid / f"{aid}.ipynb", as_version=4)
+    return {c.metadata.get("nbgrader", {}).get("grade_id"): [o.get("text", o.get("data")) for o in c.outputs]
+            for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")}
+
+
+@pytest.mark.slow
+def test_autograde_on_all_cores_writes_the_gradebook_of_one_by_one(tmp_path, graded_solutions):
+    """`nbgrader autograde` grades the class at once (CourseAutograde.workers) and writes what one-by-one writes:
+    the same scores, the same test-cell outputs; a student it cannot grade is reported by both, and costs no other."""
+    import os
+    import subprocess
+    import sys
+    aid = "lab14_transformers"
+    half, _ = half_done(aid)
+    graded_solutions[aid]  # alice's experiment is the graded solution's, from the cache
+    logs, roots = {}, {}
+    for workers in (2, 1):
+        root = roots[workers] = tmp_path / f"course{workers}"
+        (root / "source").mkdir(parents=True)
+        shutil.copytree(ROOT / "assignments" / aid, root / "source" / aid)
+        (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                               root=str(root)))
+        assert run_nbgrader(["generate_assignment", aid, "--force"], root).returncode == 0
+        for student, nb in {"alice": with_cells(release_notebook(aid), solved_sources(aid)),
+                            "bob": release_notebook(aid), "carol": half}.items():
+            (root / "submitted" / student / aid).mkdir(parents=True)
+            nbformat.write(nb, root / "submitted" / student / aid / f"{aid}.ipynb")
+        dave = root / "submitted" / "dave" / aid  # two notebooks, neither under the released name: not graded
+        dave.mkdir(parents=True)
+        for name in ("draft.ipynb", "final.ipynb"):
+            nbformat.write(half, dave / name)
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", aid, "--force",
+                               f"--CourseAutograde.workers={workers}"], cwd=root, env=env, capture_output=True,
+                              text=True)
+        logs[workers] = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "student 'dave': not graded" in logs[workers], logs[workers][-3000:]
+    assert logs[2].count("pre-graded result taken") == 3, logs[2][-3000:]  # graded at once, taken by nbgrader
+    assert "pre-graded result taken" not in logs[1] and "at once" not in logs[1]
+    scores = gradebook_scores(roots[2], aid)
+    assert scores == gradebook_scores(roots[1], aid)
+    assert scores["alice"] == pytest.approx(COURSE.assignment(aid).total_points) and scores["bob"] == 0
+    for student in ("alice", "bob", "carol"):
+        assert autograded_outputs(roots[2], aid, student) == autograded_outputs(roots[1], aid, student), student

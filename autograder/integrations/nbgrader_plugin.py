@@ -11,15 +11,17 @@ and RepairSubmission repairs the notebook against the release (autograder/notebo
 would grade as 0 is graded, each repair one line in the log and in the student's feedback; what cannot be repaired
 stops that student with one line saying why, before the gradebook has a score for it.
 
-In parallel (docs/CLUSTER.md): a first `nbgrader autograde` with CollectForGrading as its only autograde step
-writes each sanitised notebook as TrustedGrade would grade it, `course grade` grades those on all cores or a
-cluster into a results folder, and a second `nbgrader autograde` with TrustedGrade.results_dir takes each result
-whose identity (the graded bytes' sha256, the whole assignment, the grader) is this grading's; the gradebook is
-written by nbgrader alone.
+In parallel: `nbgrader autograde` walks the class twice (CourseAutograde.workers, default all cores). The first
+walk has CollectForGrading as its only autograde step: it writes each sanitised notebook as TrustedGrade would grade
+it, and scores nothing. Those are graded at once, `course grade`'s way (batch/scheduler.py grade_class), into a
+results folder; the second walk's TrustedGrade takes each result whose identity (the graded bytes' sha256, the
+whole assignment, the grader) is this grading's, and grades any other itself. The gradebook is written by nbgrader
+alone, as in a serial run. On a cluster the same three steps run by hand (docs/CLUSTER.md).
 """
 import filecmp
 import shutil
 import tempfile
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import nbformat
@@ -28,7 +30,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde
 from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Unicode
+from traitlets import Integer, Unicode
 
 from autograder.course.config import course_root
 from autograder.notebooks.cells import nbgrader_meta, read_notebook
@@ -45,11 +47,92 @@ REPAIRS_KEY = "course_repairs"  # the repairs' notes, from sanitising (RepairSub
 
 class CourseAutograde(Autograde):
     """nbgrader's Autograde, taking a submission folder's single notebook whatever its name (a browser saves
-    `lab14_transformers (1).ipynb`), and stopping a student loudly, before the gradebook has a score, when it
-    cannot tell which notebook to grade or cannot read it."""
+    `lab14_transformers (1).ipynb`), stopping a student loudly, before the gradebook has a score, when it
+    cannot tell which notebook to grade or cannot read it, and grading the class on all cores (module doc)."""
+
+    workers = Integer(0, help="submissions graded at once before nbgrader writes the gradebook (0: one per core; "
+                      "1: one after another, inside nbgrader's walk)").tag(config=True)
+    _stage = None          # None: nbgrader's own walk; "collect": the first walk of a parallel run; "take": the second
+    _pregraded_dir = None  # the second walk's results folder
+    _collected = ()        # (assignment, student) the first walk took up
+
+    def convert_notebooks(self):
+        """nbgrader's walk; with several workers, a collecting walk and the class graded at once before it."""
+        workers = self.workers or _cores()
+        by_hand = self.config.TrustedGrade.get("results_dir") or \
+            not any(_is(pp, TrustedGrade) for pp in self.autograde_preprocessors)  # docs/CLUSTER.md's steps 1 and 3
+        if workers <= 1 or by_hand:
+            return super().convert_notebooks()
+        with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp:
+            pending, graded = Path(tmp) / "pending", Path(tmp) / "graded"
+            # a student the collecting walk cannot take fails again, and is reported, in the walk that scores
+            with self._walk("collect", pending), suppress(NbGraderException):
+                super().convert_notebooks()
+            self.pregrade(pending, graded, workers)
+            with self._walk("take", graded):
+                return super().convert_notebooks()
+
+    @contextmanager
+    def _walk(self, stage, folder):
+        self._stage, self._pregraded_dir = stage, folder
+        if stage == "collect":
+            self._collected = set()
+        try:
+            yield
+        finally:
+            self._stage, self._pregraded_dir = None, None
+
+    def pregrade(self, pending, graded, workers):
+        """Grade every collected notebook at once, `course grade`'s way, into `graded`/<assignment>."""
+        from autograder.batch.run import find_submissions
+        from autograder.batch.scheduler import Where, grade_class
+        device = self.config.TrustedGrade.get("device", "auto")
+        for aid in sorted({aid for aid, _ in self._collected}):
+            written = sorted(p for student in {s for a, s in self._collected if a == aid}
+                             if (p := pending / aid / student).is_dir())
+            subs = find_submissions(written, aid)
+            if not subs:
+                continue
+            self.log.info("grading %d submissions of %s, %d at once", len(subs), aid, workers)
+
+            def progress(done, total, name, result, how):
+                self.log.info("[%d/%d] %s: %s/%s", done, total, name, result["score"], result["max_score"])
+            grade_class(subs, aid, device=device, where=Where(workers=workers), results_dir=graded / aid,
+                        progress=progress)
+
+    def init_destination(self, assignment_id, student_id):
+        """The second walk takes up exactly the students the first one did (their collected copy replaced): those
+        graded at once, and those the first walk could not take, so that they fail, and are reported, again."""
+        if self._stage != "take":
+            wanted = super().init_destination(assignment_id, student_id)
+            if wanted and self._stage == "collect":
+                self._collected.add((assignment_id, student_id))
+            return wanted
+        if (assignment_id, student_id) not in self._collected:
+            return False
+        dest = Path(self._format_dest(assignment_id, student_id))
+        if self.coursedir.notebook_id == "*":  # as --force would, without its warning: this copy is our own
+            shutil.rmtree(dest, ignore_errors=True)
+        for notebook in self.notebooks:
+            (dest / f"{Path(notebook).stem}{self.exporter.file_extension}").unlink(missing_ok=True)
+        return True
+
+    def _init_preprocessors(self):
+        if self._sanitizing or self._stage is None:
+            return super()._init_preprocessors()
+        self.exporter._preprocessors = []
+        if self._stage == "collect":
+            folder = self._pregraded_dir / self._current_assignment
+            self.exporter.register_preprocessor(CollectForGrading(folder=str(folder), parent=self), enabled=True)
+            return
+        super()._init_preprocessors()
+        for pp in self.exporter._preprocessors:
+            if isinstance(pp, TrustedGrade) and not pp.results_dir:
+                pp.results_dir = str(self._pregraded_dir / self._current_assignment)
 
     def init_assignment(self, assignment_id, student_id):
         self.file_notes = {}
+        self._current_assignment = assignment_id
         self.notebooks = self.take_notebooks(assignment_id, student_id)
         super().init_assignment(assignment_id, student_id)
 
@@ -101,6 +184,16 @@ class CourseAutograde(Autograde):
     def stop(self, message):
         self.log.error(message)
         raise NbGraderException(message)
+
+
+def _is(pp, cls):
+    """Whether a preprocessor as configured (a class, or its dotted name) is `cls`."""
+    return pp is cls or pp == f"{cls.__module__}.{cls.__name__}"
+
+
+def _cores():
+    from autograder.sandbox.grader_side import cpu_cores
+    return cpu_cores()
 
 
 class RepairSubmission(NbGraderPreprocessor):

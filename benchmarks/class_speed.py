@@ -1,0 +1,180 @@
+"""Class speed: what grading a class costs, each figure a ratio to the lecture's own training measured in this run.
+
+These machines are shared and their speed drifts, so nothing here is an absolute time: each row is timed beside
+its yardstick in the same run (the lecture notebook's own training loop, benchmarks/lecture_loops.py, measured
+before and after the rows and averaged), and the ratio is the figure. The rows (issue #37's table):
+
+  batch      4 complete lab14 submissions through `course grade DIR --workers 2` (and --workers 1): wall per
+             submission / the lab's two-epoch loop                                          goal <= 0.6x at 2
+  lab14      one `course grade` of a complete lab14 notebook / the same loop                goal <= 1.3x
+  w8l4       one `course grade` of a complete w8l4 notebook / the lecture's 1000 steps      goal <= 0.9x
+  frozen     a w8l4 notebook whose Transformer cannot learn (output layer frozen at zero) / the complete one
+                                                                                            goal <= 1.5x
+  hog        one lab14 `course grade` beside a busy process (one core spinning) / the same grading idle
+                                                                                            goal <= 2.5x
+  nbgrader   8 lab14 submissions through `nbgrader autograde` (the README's path, all cores) / the same with
+             CourseAutograde.workers=1 (one after another), the same gradebook asserted     goal <= 0.6x
+  start      the CPU-seconds of a grader's fixed start: `course grade` of the release (stubs, nothing trains),
+             with 1 worker and with 2 (per worker)
+
+Every grading runs with the training cache off (COURSE_NO_CACHE=1), as a fresh process, as a TA runs it.
+
+    python benchmarks/class_speed.py [--rows batch lab14 w8l4 frozen hog nbgrader start] [--device cuda]
+"""
+import argparse
+import multiprocessing
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from lecture_loops import lecture_seconds
+
+from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "COURSE_NO_CACHE": "1", "PYTHONPATH": str(ROOT)}
+LAB, W8L4 = "lab14_transformers", "w8l4_transformers"
+# the w8l4 Transformer with its output layer frozen at zero: every logit 0, nothing can be learnt
+FROZEN = ("self.out = nn.Linear(d_model, vocab)",
+          "self.out = nn.Linear(d_model, vocab)\n        nn.init.zeros_(self.out.weight)\n"
+          "        nn.init.zeros_(self.out.bias)\n        self.out.requires_grad_(False)")
+
+
+def write(folder, name, aid, sources=None):
+    """A submission `name` of `aid` (the release with `sources` filled in) under folder/name/<aid>.ipynb."""
+    path = Path(folder) / name / f"{aid}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(with_cells(release_notebook(aid), sources) if sources else release_notebook(aid), path)
+    return path
+
+
+def frozen_sources():
+    sources = solved_sources(W8L4)
+    assert FROZEN[0] in sources["Transformer"], "the reference Transformer's output layer is not where it was"
+    sources["Transformer"] = sources["Transformer"].replace(*FROZEN)
+    return sources
+
+
+def timed(command, cwd=ROOT, env=ENV):
+    """(wall seconds, CPU seconds of the command's whole process tree) of a command that must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode not in (0, 1):  # 1: some submission lost points, which is what the rows grade
+        sys.exit(f"{' '.join(map(str, command))} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def course_grade(paths, aid, workers=1, device="cpu"):
+    return timed([sys.executable, "-m", "autograder.cli", "grade", *map(str, paths), "-a", aid, "--device", device,
+                  "--workers", str(workers)])
+
+
+def hog():
+    """One core kept busy until killed."""
+    while True:
+        pass
+
+
+def nbgrader_class(tmp, n, workers):
+    """(wall, scores) of `nbgrader autograde` over n lab14 submissions in a fresh copy of the course."""
+    course = Path(tmp) / f"course-{workers}"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for rel in filter(None, files.stdout.split("\0")):
+        if (ROOT / rel).is_file():
+            (course / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, course / rel)
+    kinds = [solved_sources(LAB), solved_sources(LAB, ["scaled_dot_product_attention", "PositionalEncoding"]), None]
+    for k in range(n):
+        write(course / ".nbgrader" / "submitted" / f"student{k}", LAB, LAB, kinds[k % 3])
+    env = {**ENV, "PYTHONPATH": str(course), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    timed(["course", "release", LAB], cwd=course, env=env)
+    wall, _ = timed(["nbgrader", "autograde", LAB, f"--CourseAutograde.workers={workers}"], cwd=course, env=env)
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course}/.nbgrader/gradebook.db") as gb:
+        scores = {s.student.id: s.score for s in gb.find_assignment(LAB).submissions}
+    return wall, scores
+
+
+def main():
+    rows = ["batch", "lab14", "w8l4", "frozen", "hog", "nbgrader", "start"]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", choices=rows, default=rows)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where the graded and the lecture's training run")
+    args = parser.parse_args()
+    lectures = {LAB: [], W8L4: []}
+    want_w8l4 = {"w8l4", "frozen"} & set(args.rows)
+    for aid in lectures:
+        if aid == LAB or want_w8l4:
+            lectures[aid].append(lecture_seconds(aid, args.device))
+    figures = []  # (row, seconds, per: an assignment whose lecture divides it, or seconds, goal, detail)
+
+    def say(row, seconds, per, goal, detail):
+        figures.append((row, seconds, per, goal, detail))
+        print(f"{row:<9} {detail}", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        complete_lab = write(tmp / "one", "complete", LAB, solved_sources(LAB))
+        complete_w8l4 = write(tmp / "one", "complete", W8L4, solved_sources(W8L4))
+        if "batch" in args.rows:
+            for k in range(4):  # identical code, so each trains in full (the cache is off)
+                write(tmp / "batch", f"student{k}", LAB, solved_sources(LAB))
+            one, _ = course_grade([tmp / "batch"], LAB, 1, args.device)
+            two, _ = course_grade([tmp / "batch"], LAB, 2, args.device)
+            say("batch", two / 4, LAB, "<= 0.6",
+                f"4 lab14: {two:.1f} s at --workers 2, {one:.1f} s at 1 ({one / two:.2f}x faster)")
+        idle = None
+        if {"lab14", "hog"} & set(args.rows):
+            idle, _ = course_grade([complete_lab], LAB, 1, args.device)
+            say("lab14", idle, LAB, "<= 1.3", f"one lab14: {idle:.1f} s")
+        if want_w8l4:
+            complete, _ = course_grade([complete_w8l4], W8L4, 1, args.device)
+            say("w8l4", complete, W8L4, "<= 0.9", f"one w8l4: {complete:.1f} s")
+            if "frozen" in args.rows:
+                frozen, _ = course_grade([write(tmp / "frozen", "frozen", W8L4, frozen_sources())], W8L4, 1,
+                                         args.device)
+                say("frozen", frozen, complete, "<= 1.5",
+                    f"frozen w8l4: {frozen:.1f} s, the complete one {complete:.1f} s")
+        if "hog" in args.rows:
+            busy = multiprocessing.Process(target=hog, daemon=True)
+            busy.start()
+            try:
+                beside, _ = course_grade([complete_lab], LAB, 1, args.device)
+            finally:
+                busy.kill()
+            say("hog", beside, idle, "<= 2.5", f"lab14 beside one spinning core: {beside:.1f} s, idle {idle:.1f} s")
+        if "nbgrader" in args.rows:
+            parallel, scores = nbgrader_class(tmp, 8, 0)
+            serial, serial_scores = nbgrader_class(tmp, 8, 1)
+            assert scores == serial_scores, f"the gradebooks differ: {scores} against {serial_scores}"
+            say("nbgrader", parallel, serial, "<= 0.6",
+                f"8 lab14 through nbgrader: {parallel:.1f} s on all cores, {serial:.1f} s one by one; same gradebook")
+        if "start" in args.rows:
+            for k in range(2):
+                write(tmp / "stubs", f"student{k}", LAB)
+            _, cpu_one = course_grade([tmp / "stubs" / "student0"], LAB, 1, args.device)
+            _, cpu_two = course_grade([tmp / "stubs"], LAB, 2, args.device)
+            print(f"start     CPU-seconds of fixed start: {cpu_one:.1f} s for one `course grade` of the release; "
+                  f"{cpu_two / 2:.1f} s per worker at --workers 2 (two release notebooks)", flush=True)
+    for aid in lectures:  # the yardstick again at the end: the machine's drift shows in the spread
+        if lectures[aid]:
+            lectures[aid].append(lecture_seconds(aid, args.device))
+            print(f"lecture   {aid}: {', '.join(f'{s:.1f}' for s in lectures[aid])} s (start, end)")
+    print("\n| row | ratio | goal | measured |\n|---|---|---|---|")
+    for row, seconds, per, goal, detail in figures:
+        base = sum(lectures[per]) / len(lectures[per]) if isinstance(per, str) else per
+        against = f"; lecture {base:.1f} s" if isinstance(per, str) else ""
+        print(f"| {row} | {seconds / base:.2f}x | {goal} | {detail}{against} |")
+
+
+if __name__ == "__main__":
+    main()
