@@ -2,7 +2,8 @@
 sandbox, read from /proc while the batch runs.
 
 A worker's first sandbox is the first process its zygote's monitor forks (the student's process, before it loads
-the notebook). Its CPU-seconds are the worker's and its zygote's at that moment; the coordinator's are its own.
+the notebook). Its CPU-seconds are the worker's and its zygote's at that moment; the coordinator's are its own
+(with one worker the coordinator is the worker: its CPU-seconds are counted there).
 
     python benchmarks/worker_start.py [--workers 2] [--course-src DIR]
 
@@ -76,9 +77,11 @@ def main():
             nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)),
                            Path(tmp) / f"student{k}" / f"{AID}.ipynb")
         first, coordinator = measure(tmp, args.workers, args.course_src)
-    print(f"coordinator: {coordinator:.1f} CPU-s up to the last worker's first sandbox")
+    if args.workers > 1:
+        print(f"coordinator: {coordinator:.1f} CPU-s up to the last worker's first sandbox")
     for k, (wall, cpu) in enumerate(sorted(first.values())):
         print(f"worker {k}: first sandbox after {wall:.1f} s wall, {cpu:.1f} CPU-s (worker and its zygote)")
+    print("(timings on a shared machine are rough: compare runs made one after another)")
 
 
 if __name__ == "__main__":

@@ -138,6 +138,17 @@ def stop(launcher):
 def test_nothing_of_a_batch_outlives_its_coordinator(level, sig, targets, tmp):  # noqa: F811
     if LEVELS[level][1] and not shutil.which("capsh"):
         pytest.skip("needs capsh")
+    kill_in_the_middle(level, sig, targets, tmp)
+
+
+def test_a_closed_terminal_ends_the_batch_as_a_kill_does(targets, tmp):  # noqa: F811
+    """SIGHUP (the terminal a TA started the batch from, closed) is a SIGTERM."""
+    kill_in_the_middle("namespaces", signal.SIGHUP, targets, tmp)
+
+
+def kill_in_the_middle(level, sig, targets, tmp):  # noqa: F811
+    """`course grade BATCH --workers 2` at `level`, sent `sig` once two sandboxes run: nothing of it is left
+    GONE_WITHIN_SECONDS later; interrupted (not killed), it says so."""
     launcher = start_batch(level, targets, tmp)
     try:
         deadline = time.monotonic() + START_SECONDS
@@ -171,5 +182,5 @@ def test_nothing_of_a_batch_outlives_its_coordinator(level, sig, targets, tmp): 
                          f"{GONE_WITHIN_SECONDS} s after {sig.name}: {json.dumps(left, indent=1)}"
     finally:
         _out, err = stop(launcher)
-    if sig == signal.SIGTERM:
+    if sig != signal.SIGKILL:
         assert "interrupted" in err, err[-3000:]

@@ -352,10 +352,10 @@ def test_the_zygote_sets_its_thread_count_before_any_sandbox_forks(monkeypatch):
     monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
     sandbox.ZYGOTE.ensure_started(1)
     try:
-        environ = Path(f"/proc/{sandbox.ZYGOTE.proc.pid}/environ").read_bytes().split(b"\0")
-        assert b"OMP_NUM_THREADS=1" in environ and b"MKL_NUM_THREADS=1" in environ
         with sandbox_of(("setup_t", "import torch\ndef threads():\n    return torch.get_num_threads()\n")) as sb:
             assert sb.threads is None and ask(sb, "threads") == 1
+        environ = Path(f"/proc/{sandbox.ZYGOTE.proc.pid}/environ").read_bytes().split(b"\0")
+        assert b"OMP_NUM_THREADS=1" in environ and b"MKL_NUM_THREADS=1" in environ, environ
     finally:
         sandbox.ZYGOTE.proc.kill()
 
