@@ -6,9 +6,10 @@ A worker whose own grader identity differs (other code, solutions, course.yaml, 
 task rather than grade with other code. The worker only launches the per-submission sandbox, as `course grade`
 does; the student's code never runs in the worker's process.
 
-A worker is warmed once (WarmWorker, a Dask WorkerPlugin): its thread count set explicitly (Dask's nanny sets
-OMP_NUM_THREADS=1 in every worker), its GPU claimed, torch and the grader imported, the zygote started and the
-data read, so that a task pays for none of it.
+A worker is warmed once (WarmWorker, a Dask WorkerPlugin), as a local pool worker is (batch/worker.py): its GPU
+claimed, its thread count set explicitly (Dask's nanny sets OMP_NUM_THREADS=1 in every worker), its zygote started
+with that count, then torch and the grader imported while the zygote imports torch, and the data read, so that a
+task pays for none of it.
 """
 import fcntl
 import hashlib
