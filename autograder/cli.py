@@ -57,9 +57,12 @@ def cmd_grade(args):
         raise ConfigError(f"--items: {', '.join(unknown)} not in {args.assignment} "
                           f"(known: {', '.join(assignment.items)})")
     released_notebook(args.assignment)  # a missing release is one clear error, not a grader failure per notebook
+    if args.workers <= 1 and not (args.scheduler or args.cluster):
+        from autograder.batch.worker import start_zygote
+        from autograder.sandbox.zygote import threads_per_worker
+        start_zygote(threads_per_worker(1))  # it imports torch on another core while this process imports the grader
     subs = find_submissions(args.paths, args.assignment)
     print_mnist_source(args.assignment)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a TA's kill is a Ctrl-C: keep what is done
     how = {}
     try:
         with progress_reporter(len(subs)) as progress:
@@ -118,7 +121,7 @@ def print_mnist_source(aid):
     """Which MNIST the assignment's experiments train on, once, when they use it and it is there (a missing one
     is the grader failure's line)."""
     from autograder.course.mnist import describe_source
-    from autograder.grading.experiments import data_source_of
+    from autograder.grading.harness_files import data_source_of
     line = describe_source() if data_source_of(aid) else None
     if line:
         print(line, flush=True)
@@ -303,6 +306,9 @@ def build_parser():
 def main(argv: list[str] | None = None) -> int:
     # before anything loads torch (and with it libgomp): the grader's own threads wait passively, as its sandboxes'
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # a TA's kill and a closed terminal are a Ctrl-C: what is done is kept, batch workers and sandboxes are ended
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.default_int_handler)
     args = build_parser().parse_args(argv)
     try:
         if args.course:  # in the environment, so that batch workers and nbgrader's processes grade the same course
@@ -312,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # `course grade` says what was kept; other verbs have nothing half-done to keep
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -252,3 +252,54 @@ def test_names_are_unique_and_tell_apart_what_was_found_twice(tmp_path):
     names = [name for name, _ in find_submissions([tmp_path / "2024/secA", tmp_path / "2025/secA", tmp_path / "secB"],
                                                             AID)]
     assert names == ["2024/secA/alice", "2025/secA/alice", "bob", "bob~2"]
+
+
+# `course grade` as a TA runs it, then which modules the coordinator (this process) had loaded. Guarded by
+# __main__: the batch's spawned workers load this file again.
+MODULES_PROBE = r'''
+import json, sys
+if __name__ == "__main__":
+    from autograder.cli import main
+    rc = main(sys.argv[1:])
+    print(json.dumps({m: m in sys.modules for m in ("torch", "pytest", "autograder.grading.plugin")}))
+    sys.exit(rc)
+'''
+
+
+def test_the_coordinator_of_a_batch_imports_no_torch_and_its_workers_compute_the_grader_identity(tmp_path):
+    """With --workers 2 the process that only dispatches imports neither torch nor pytest nor the grader (the
+    workers grade, and compute the grader identity a results folder needs: the same as this process's)."""
+    from autograder.batch.run import grader_identity
+    for k in range(2):
+        folder = tmp_path / "subs" / f"s{k}"
+        folder.mkdir(parents=True)
+        nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)), folder / f"{AID}.ipynb")
+    probe = tmp_path / "probe.py"
+    probe.write_text(MODULES_PROBE)
+    run = subprocess.run([sys.executable, str(probe), "grade", str(tmp_path / "subs"), "-a", AID, "--items", SDPA,
+                          "--device", "cpu", "--workers", "2", "--results-dir", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"torch": False, "pytest": False,
+                                                              "autograder.grading.plugin": False}
+    saved = [json.loads((tmp_path / "r" / f"s{k}.json").read_text()) for k in range(2)]
+    assert [r["score"] for r in saved] == [r["max_score"] for r in saved]
+    assert {r["extra_data"]["grading"]["grader"] for r in saved} == {grader_identity(AID, "cpu")}
+
+
+@pytest.mark.slow
+@pytest.mark.experiment
+def test_a_notebook_gets_the_same_points_with_one_and_with_two_threads(tmp_path, monkeypatch):
+    """However many cores a machine gives each sandbox (the threads of --workers), a grade does not move: the
+    complete notebook, its experiment trained afresh at 1 and at 2 threads, scores the same in every test."""
+    from autograder.grading.grade import grade_notebook
+    monkeypatch.setenv("COURSE_NO_CACHE", "1")  # both train: the cache would hand one the other's run
+    notebook = tmp_path / f"{AID}.ipynb"
+    nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)), notebook)
+    runs = {threads: grade_notebook(notebook, AID, device="cpu", threads=threads) for threads in (2, 1)}
+    points = {threads: [(t["name"], t["score"]) for t in r["tests"]] for threads, r in runs.items()}
+    assert points[1] == points[2]
+    assert runs[1]["score"] == runs[2]["score"] == runs[1]["max_score"] > 0
+    trained = {threads: [t for t in r["tests"] if t["item"] == "TransformerClassifier" and "memory_task" in t["name"]]
+               for threads, r in runs.items()}
+    assert all(trained.values()), "the experiment's test is in both results"

@@ -200,15 +200,22 @@ def run_grader(targets, uid, tmp, wrap=(), no_userns=False):
 
 def run_as(uid, command, tmp, targets, wrap=(), env=None):
     """`command` as `uid`, from the course's folder, with the user's home as HOME (and `env` besides)."""
+    argv, env = as_user(uid, command, tmp, targets, wrap, env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+
+
+def as_user(uid, command, tmp, targets, wrap=(), env=None):
+    """(argv, environment) that run `command` as `uid` (run_as's; started from the course's folder): for an
+    ordinary user, /root as an empty 0755 tmpfs with only .pyenv bound back, then the drop to the user."""
     env = {"PATH": os.environ["PATH"], "HOME": str(targets["homes"][uid]), "PYTHONPATH": str(ROOT), **(env or {})}
-    if uid != 0:  # /root as an empty 0755 tmpfs with only .pyenv bound back, then drop to the user
+    if uid != 0:
         pyenv = Path(os.path.realpath(sys.executable)).parents[3]  # /root/.pyenv/versions/3.11.7/bin/python
         stage = Path(tempfile.mkdtemp(dir=tmp))
         mounts = (f"mount --bind {pyenv} {stage} && mount -t tmpfs -o mode=0755 tmpfs /root && "
                   f"mkdir -p {pyenv} && mount --move {stage} {pyenv} && exec setpriv --reuid={uid} "
                   f"--regid={uid} --clear-groups -- \"$@\"")
         command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mounts, "sh", *command]
-    return subprocess.run([*wrap, *command], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    return [*wrap, *command], env
 
 
 def check(result, level, disk_cap):
@@ -297,25 +304,32 @@ def test_an_environment_under_tmp_var_tmp_and_dev_shm_is_seen_inside_the_sandbox
     assert out["found"] == ["shm_module", "var_tmp_module", str(venv)]
 
 
-NO_LANDLOCK = r'''
+# `course` in a grader refused what the sandbox's isolation needs: `python SCRIPT CHILD_MAIN WHAT course-args`, WHAT
+# `no-userns` (a seccomp filter refusing new user namespaces, as Docker's default profile: the landlock level) or
+# `no-landlock` (that, and ENOSYS for Landlock's three calls, a kernel without it: nothing isolates). Guarded by
+# __main__: the batch's spawned workers load this file again (and inherit the filters).
+CLI_WITHOUT = r'''
 import ctypes, importlib.util, struct, sys
-# Seccomp filters on this grader: no user namespace (the sandbox's own filter), and ENOSYS for Landlock's
-# three calls (a kernel without it)
-s = importlib.util.spec_from_file_location("child_main", sys.argv.pop(1))  # the student's side
-entry = importlib.util.module_from_spec(s)
-s.loader.exec_module(entry)
-child = entry.load().isolation
-lib = ctypes.CDLL(None, use_errno=True)
-prog = [(0x20, 0, 0, 0), (0x35, 0, 3, 444), (0x35, 2, 0, 447), (0x06, 0, 0, 0x00050000 | 38), (0x06, 0, 0, 0x7FFF0000),
-        (0x06, 0, 0, 0x7FFF0000)]
-code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in prog))
-fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code))
-assert lib.prctl(38, 1, 0, 0, 0) == 0 and lib.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0
-child.forbid_user_namespaces(lib)
-sys.argv = ["course", *sys.argv[1:]]
-from autograder.cli import main
-sys.exit(main())
+if __name__ == "__main__":
+    s = importlib.util.spec_from_file_location("child_main", sys.argv.pop(1))  # the student's side
+    entry = importlib.util.module_from_spec(s)
+    s.loader.exec_module(entry)
+    child = entry.load().isolation
+    what = sys.argv.pop(1)
+    lib = ctypes.CDLL(None, use_errno=True)
+    assert lib.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS: what a filter needs
+    if what == "no-landlock":
+        prog = [(0x20, 0, 0, 0), (0x35, 0, 3, 444), (0x35, 2, 0, 447), (0x06, 0, 0, 0x00050000 | 38),
+                (0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x7FFF0000)]
+        code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in prog))
+        fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code))
+        assert lib.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0
+    child.forbid_user_namespaces(lib)
+    sys.argv = ["course", *sys.argv[1:]]
+    from autograder.cli import main
+    sys.exit(main())
 '''
+CHILD_MAIN = str(ROOT / "autograder" / "sandbox" / "child" / "__main__.py")
 
 
 def test_course_grade_refuses_a_machine_that_isolates_nothing(targets, tmp):
@@ -328,14 +342,13 @@ def test_course_grade_refuses_a_machine_that_isolates_nothing(targets, tmp):
     nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)), notebook)
     notebook.chmod(0o644)
     script = tmp / "no_landlock.py"
-    script.write_text(NO_LANDLOCK)
+    script.write_text(CLI_WITHOUT)
     script.chmod(0o644)
     runs = []
     for extra in ([], ["--allow-unisolated"]):
         args = ["grade", str(notebook), "-a", AID, "--items", "scaled_dot_product_attention", "--device", "cpu",
                 "--json", str(targets["homes"][NOBODY] / f"result{len(runs)}.json"), *extra]
-        child = str(ROOT / "autograder" / "sandbox" / "child" / "__main__.py")
-        runs.append(run_as(NOBODY, [sys.executable, str(script), child, *args], tmp, targets))
+        runs.append(run_as(NOBODY, [sys.executable, str(script), CHILD_MAIN, "no-landlock", *args], tmp, targets))
     refused, allowed = runs
     assert refused.returncode == 3, refused.stderr[-2000:]
     assert "no isolation for the student's code" in refused.stderr and "--allow-unisolated" in refused.stderr

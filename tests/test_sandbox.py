@@ -1,5 +1,9 @@
 """The sandbox holds: hidden files, no network, time and memory limits, capped output, nothing outlives it."""
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -331,13 +335,64 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
     """With several submissions graded at once each sandbox runs torch on its share of the cores."""
     from autograder.sandbox.grader_side import threads_per_worker
     cores = len(os.sched_getaffinity(0))
-    assert threads_per_worker(1) is None
+    assert threads_per_worker(1) == cores, "one worker gets every core, explicitly"
     assert threads_per_worker(2) == max(1, cores // 2)
     assert threads_per_worker(4 * cores) == 1
     with sandbox_of(("setup_t", "import os, torch\ndef threads():\n"
                                 "    return torch.get_num_threads(), int(os.environ['OMP_NUM_THREADS'])\n"),
                     threads=1) as sb:
         assert ask(sb, "threads") == (1, 1)
+
+
+def test_the_zygote_sets_its_thread_count_before_any_sandbox_forks(monkeypatch):
+    """A zygote started with a thread count (a warm worker's share) sets it in torch itself: a sandbox asking for
+    none after the fork still runs with it, and the zygote's environment says it too (libgomp reads it once)."""
+    import autograder.sandbox.grader_side as sandbox
+    import autograder.sandbox.zygote as zygote
+    monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
+    sandbox.ZYGOTE.ensure_started(1)
+    try:
+        with sandbox_of(("setup_t", "import torch\ndef threads():\n    return torch.get_num_threads()\n")) as sb:
+            assert sb.threads is None and ask(sb, "threads") == 1
+        environ = Path(f"/proc/{sandbox.ZYGOTE.proc.pid}/environ").read_bytes().split(b"\0")
+        assert b"OMP_NUM_THREADS=1" in environ and b"MKL_NUM_THREADS=1" in environ, environ
+    finally:
+        sandbox.ZYGOTE.proc.kill()
+
+
+ORPHANED_ZYGOTE = r'''
+import os, sys, time
+from autograder.sandbox.zygote import ZYGOTE
+ZYGOTE.ensure_started(1)
+if os.fork() == 0:  # a process forked from the grader holds the grader's end of the control socket too
+    time.sleep(120)
+    os._exit(0)
+print(ZYGOTE.proc.pid, flush=True)
+time.sleep(120)
+'''
+
+
+def test_a_zygote_ends_with_its_grader_even_when_another_process_holds_the_grader_end_of_its_socket(tmp_path):
+    """The grader SIGKILLed while a process it forked keeps its end of the control socket open: the zygote still
+    sees its grader end (a pidfd of its parent) and exits, rather than idling for as long as that fork lives."""
+    script = tmp_path / "grader.py"
+    script.write_text(ORPHANED_ZYGOTE)
+    grader = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    try:
+        zygote = int(grader.stdout.readline())
+        zygote = (zygote, started_at(zygote))
+        time.sleep(1)
+        assert running(*zygote), "the zygote should run while its grader does"
+        grader.kill()
+        grader.wait()
+        deadline = time.monotonic() + 60  # it notices once torch is imported and its loop starts
+        while running(*zygote) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not running(*zygote), "the zygote outlived its grader"
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(grader.pid, signal.SIGKILL)
 
 
 def test_openmp_threads_wait_passively_from_the_zygotes_start():

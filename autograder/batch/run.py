@@ -1,8 +1,10 @@
 """Grade many submissions: in parallel, resumable, each result written the moment it is done.
 
 Each submission is one pytest session (autograder/grading/grade.py). pytest is not thread-safe, so with several
-workers each runs in a worker process of its own (started once per batch: the cost of importing torch is paid
-per worker, not per submission); with one worker, sessions run in this process.
+workers each runs in a worker process of its own (started once per batch and warmed before its first submission,
+autograder/batch/worker.py: the cost of importing torch is paid per worker, not per submission); with one worker,
+sessions run in this process. The coordinator of several workers imports no torch, pytest or grader: it only
+dispatches (this module's grading imports are deferred into the functions that grade).
 
 A results folder (`--results-dir`) holds one result per submission name, and a saved result is reused only when
 it is the same grading: the identity stored in its `extra_data.grading` (assignment, sha256 of the notebook's
@@ -23,15 +25,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
+from autograder.batch import worker
 from autograder.course.config import course_root, load_course
 from autograder.errors import setup_problem
 from autograder.grading.cache import atomic_write, libraries
-from autograder.grading.grade import grade_notebook
-from autograder.sandbox.grader_side import threads_per_worker
+from autograder.sandbox.zygote import threads_per_worker
 
-WORKER_EXIT_SECONDS = 30  # an interrupted worker closes its sandbox and lock in well under this
+WORKER_EXIT_SECONDS = 5  # an interrupted worker closes its sandbox and lock in well under this
+_identities = {}  # (assignment, device) -> grader_identity, computed once per process
 
 
 def find_submissions(paths, aid):
@@ -137,6 +138,13 @@ def grader_identity(aid, device="auto"):
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def identity_here(aid, device):
+    """This process's grader identity for (assignment, device), computed once (a worker grades many)."""
+    if (aid, device) not in _identities:
+        _identities[aid, device] = grader_identity(aid, device)
+    return _identities[aid, device]
+
+
 def file_digest(path):
     """sha256 of a file's bytes; '' for what is not a file (a folder without a notebook is graded as unreadable)."""
     path = Path(path)
@@ -148,7 +156,7 @@ def grade_one(name, notebook, aid, items, device, results_dir, threads=None, gra
     regraded into the saved result); under a lock, so that runs sharing a results folder grade each once."""
     if results_dir is None:
         return _grade(name, notebook, aid, items, device, threads), "graded"
-    identity = grading_identity(aid, file_digest(notebook), items, grader or grader_identity(aid, device))
+    identity = grading_identity(aid, file_digest(notebook), items, grader or identity_here(aid, device))
     out = result_path(results_dir, name)
     with result_lock(lock_path(out)):
         saved = _saved(out)
@@ -247,6 +255,7 @@ def result_lock(path):
 
 
 def _grade(name, notebook, aid, items, device, threads=None):
+    from autograder.grading.grade import grade_notebook
     try:
         return grade_notebook(notebook, aid, items=items, device=device, threads=threads)
     except Exception as e:  # a grader bug on one submission must not stop the batch
@@ -266,23 +275,23 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
     saved), and the interrupt goes on to the caller; a rerun with the same results folder grades only what is
     missing.
     """
-    grader = None
     if results_dir is not None:
         results_dir = Path(results_dir)
         results_dir.mkdir(parents=True, exist_ok=True)
-        grader = grader_identity(aid, device)
     results = {}
     threads = threads_per_worker(workers)
     if workers <= 1:
+        worker.warm(threads)
         for done, (name, nb) in enumerate(submissions, 1):
-            results[name], how = grade_one(name, nb, aid, items, device, results_dir, threads, grader)
+            results[name], how = grade_one(name, nb, aid, items, device, results_dir, threads)
             if progress:
                 progress(done, len(submissions), name, results[name], how)
         return [(name, results[name]) for name, _ in submissions]
+    # each worker computes the grader identity itself (identity_here): it imports torch, and the coordinator never does
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_started, initargs=(threads,))
+                               initializer=worker.started, initargs=(threads,))
     try:
-        futures = {pool.submit(grade_one, name, nb, aid, items, device, results_dir, threads, grader): name
+        futures = {pool.submit(worker.run, grade_one, name, nb, aid, items, device, results_dir, threads): name
                    for name, nb in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             name = futures[future]
@@ -297,16 +306,9 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
     return [(name, results[name]) for name, _ in submissions]
 
 
-def _worker_started(threads):
-    """A worker process: its share of the cores, and SIGTERM as Ctrl-C, so that it unwinds (sandbox, lock)."""
-    if threads:
-        torch.set_num_threads(threads)  # the grader's own reference computations share the cores too
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def _interrupt_workers(pool):
-    """Interrupt every worker and wait until each has closed its sandbox and released its result lock."""
+    """Interrupt every worker and wait until each has closed its sandbox and released its result lock, and exited
+    (worker.run); one still alive WORKER_EXIT_SECONDS later is killed."""
     workers = list((pool._processes or {}).values())
     for process in workers:
         if process.is_alive():

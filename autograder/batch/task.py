@@ -6,9 +6,10 @@ A worker whose own grader identity differs (other code, solutions, course.yaml, 
 task rather than grade with other code. The worker only launches the per-submission sandbox, as `course grade`
 does; the student's code never runs in the worker's process.
 
-A worker is warmed once (WarmWorker, a Dask WorkerPlugin): its thread count set explicitly (Dask's nanny sets
-OMP_NUM_THREADS=1 in every worker), its GPU claimed, torch and the grader imported, the zygote started and the
-data read, so that a task pays for none of it.
+A worker is warmed once (WarmWorker, a Dask WorkerPlugin), as a local pool worker is (batch/worker.py): its GPU
+claimed, its thread count set explicitly (Dask's nanny sets OMP_NUM_THREADS=1 in every worker), its zygote started
+with that count, then torch and the grader imported while the zygote imports torch, and the data read, so that a
+task pays for none of it.
 """
 import fcntl
 import hashlib
@@ -24,7 +25,6 @@ STARTED = "course-grading-started"  # the Dask event topic a task logs as it sta
 THREADS_ENV = "COURSE_WORKER_THREADS"  # the CPU threads of each grading on this worker (default: all its cores)
 GPU_LOCKS = Path(tempfile.gettempdir())
 _one_at_a_time = threading.Lock()  # pytest is not thread-safe: a worker started with --nthreads 2 still grades one
-_identities = {}
 _gpu_claim = None
 
 
@@ -34,7 +34,7 @@ class GraderMismatch(RuntimeError):
 
 def worker_threads():
     """This worker's CPU threads per grading: $COURSE_WORKER_THREADS, else every core it may run on."""
-    from autograder.sandbox.grader_side import cpu_cores
+    from autograder.sandbox.zygote import cpu_cores
     value = os.environ.get(THREADS_ENV, "")
     if value and not (value.isdigit() and int(value) > 0):
         raise ValueError(f"{THREADS_ENV}={value!r}: expected a positive number of CPU threads")
@@ -64,15 +64,13 @@ def claim_gpu():
 
 
 def warm(assignments=None):
-    """Everything a grading needs that does not depend on the submission, once per worker process."""
+    """Everything a grading needs that does not depend on the submission, once per worker process: as a pool
+    worker warms (batch/worker.py: threads, then the zygote, then the grader), then harnesses and data."""
     claim_gpu()
-    import torch
-    torch.set_num_threads(worker_threads())  # the grader's own reference computations use its share too
+    from autograder.batch import worker
+    worker.warm(worker_threads())
     from autograder.course.config import load_course
-    from autograder.grading import grade  # noqa: F401  (pytest, the plugin, the checks)
     from autograder.grading.experiments import data_source_of, harness
-    from autograder.sandbox.zygote import ZYGOTE
-    ZYGOTE.ensure_started()
     for aid in assignments or load_course().assignments:
         harness(aid)
         if data_source_of(aid):
@@ -99,14 +97,6 @@ def dask_setup(worker):
     warm()
 
 
-def identity_here(aid, device):
-    """This worker's grader identity for (assignment, device), computed once."""
-    from autograder.batch.run import grader_identity
-    if (aid, device) not in _identities:
-        _identities[aid, device] = grader_identity(aid, device)
-    return _identities[aid, device]
-
-
 def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
     """The result of grading `notebook` (bytes; None for a submission that is no file) as JSON text.
 
@@ -114,7 +104,7 @@ def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
     are not the ones the coordinator hashed."""
     import socket
 
-    from autograder.batch.run import _grade
+    from autograder.batch.run import _grade, identity_here
     if notebook is not None and hashlib.sha256(notebook).hexdigest() != sha256:
         raise ValueError(f"{name}: the notebook's bytes arrived with sha256 {hashlib.sha256(notebook).hexdigest()}, "
                          f"the coordinator sent {sha256}")

@@ -1,14 +1,21 @@
-"""MNIST as tensors: torchvision's download when it works, else the standard IDX files in a folder."""
+"""MNIST as tensors: torchvision's download when it works, else the standard IDX files in a folder.
+
+torch is imported by load_mnist alone: which MNIST is used (data_source, describe_source) is said without it.
+"""
+from __future__ import annotations
+
 import gzip
 import os
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from autograder.errors import SetupProblem
+
+if TYPE_CHECKING:
+    import torch
 
 SETTING = "COURSE_MNIST_DIR"  # environment variable; course.yaml's data.mnist_dir is the default
 IDX_DTYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -110,6 +117,8 @@ def load_mnist(n_train: int = 10000, n_test: int = 2000, folder: str | Path | No
     else:
         raise MnistMissing(missing_message(folder, download_wanted(download)))
     (images_train, labels_train), (images_test, labels_test) = splits
+    import torch
+
     def as_x(a: Any, n: int) -> torch.Tensor:  # (n, 784) in [0, 1]
         return torch.from_numpy(np.asarray(a[:n], dtype=np.float32).reshape(len(a[:n]), 784) / 255.0)
 

@@ -18,16 +18,13 @@ Whose failure is it? The student's item is scored only from the student's behavi
   the student's is the harness's, hence the grader's. A student who breaks the harness's own names (deleting a
   builtin) therefore gets a grader failure that a TA sees, never a silent score.
 """
-import ast
 import builtins
-import functools
 import hashlib
 import importlib
 import inspect
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -43,6 +40,7 @@ from autograder.grading.cache import (
     experiment_key,
     libraries,
 )
+from autograder.grading.harness_files import data_source_of, harness_imports, harness_sources  # noqa: F401
 from autograder.grading.scoring import CELL_FRAME, Outcome
 from autograder.notebooks.cells import fingerprint
 from autograder.sandbox.grader_side import SandboxFailure, StudentRaised
@@ -54,32 +52,10 @@ def harness(aid):
     return importlib.import_module(f"autograder.harness.{aid}")
 
 
-def harness_sources(aid, package=PACKAGE):
-    """{module name: source} of what the sandbox loads as the assignment's harness, in load order: the harness
-    modules it imports (`from .training import ...`) before it, its own (named by the assignment's id) last."""
-    sources = {}
-
-    def add(name):
-        if name in sources:
-            return
-        source = (Path(package) / "harness" / f"{name}.py").read_text()
-        for module in harness_imports(source):
-            add(module)
-        sources[name] = source
-    add(aid)
-    return sources
-
-
-@functools.lru_cache(maxsize=64)
-def harness_imports(source):
-    """The harness modules a harness module's source imports (`from .training import ...`), in order."""
-    return [node.module for node in ast.parse(source).body if isinstance(node, ast.ImportFrom) and node.level == 1]
-
-
 # What an experiment's training run depends on, besides its harness (harness_sources): the sandbox (the grader's
 # side and the student's), the course's data and configuration code, the fault kinds and the code here that drives
 # it. Not the reports, batches, integrations or the rest of grading: editing them keeps every cached run.
-EXPERIMENT_CODE = ("errors.py", "course", "sandbox", "grading/experiments.py")
+EXPERIMENT_CODE = ("errors.py", "course", "sandbox", "grading/experiments.py", "grading/harness_files.py")
 # What a saved result depends on, besides the assignment's suite and harness: all of grading and what it runs on.
 GRADING_CODE = ("errors.py", "course", "sandbox", "notebooks", "grading")
 
@@ -155,16 +131,6 @@ def run_reference(aid, name, device="cpu", seed=None):
         if result.passed:
             break
     return result
-
-
-def data_source_of(aid):
-    """Where the assignment's training data comes from, when that can vary: MNIST's download, IDX folder or test
-    split alone ('' for the harnesses that make their own data)."""
-    if "load_mnist" not in harness_sources(aid)[aid]:
-        return ""
-    from autograder.course.mnist import data_source
-    kind, folder = data_source()
-    return f"mnist {kind} {folder}"
 
 
 def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, package=PACKAGE):

@@ -174,7 +174,7 @@ def results_json(outcomes: list[Outcome], *, aid: str, notebook: str | Path, dev
         "tests": tests,
         "extra_data": {"assignment": aid, "notebook": Path(notebook).name, "device": device, "seed": seed,
                        "isolation": isolation or "none", "restarts": restarts, "seconds": round(seconds, 2),
-                       "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                       "versions": {"torch": str(torch.__version__), "python": platform.python_version(),
                                     "autograder": grader_version()},
                        "notes": notes},
     }

@@ -50,7 +50,16 @@ from autograder.sandbox.protocol import (
     to_student,
     unpack,
 )
-from autograder.sandbox.zygote import SCRATCH_DIR, STARTUP_SECONDS, ZYGOTE, Zygote, import_path, sandbox_env
+from autograder.sandbox.zygote import (
+    SCRATCH_DIR,
+    STARTUP_SECONDS,
+    ZYGOTE,
+    Zygote,
+    cpu_cores,
+    import_path,
+    sandbox_env,
+    threads_per_worker,
+)
 
 __all__ = ["Sandbox", "SandboxFailure", "StudentRaised", "Remote", "Opaque", "Seeded", "Fresh", "as_text",
            "to_student", "from_student", "MAX_ANSWER_BYTES", "UID_BASE", "UID_SPAN", "UID_LEASES", "processes",
@@ -84,22 +93,6 @@ def can_contain():
 def unisolated_allowed(limits):
     """Whether the TA allowed grading without isolation (`course grade --allow-unisolated`, or course.yaml)."""
     return os.environ.get("COURSE_ALLOW_UNISOLATED") == "1" or getattr(limits, "allow_unisolated", False)
-
-
-def threads_per_worker(workers):
-    """CPU threads for each of `workers` sandboxes running at once (None: one sandbox, torch's default).
-
-    Two processes that each run torch's default of one thread per core on the same cores do not share them:
-    OpenMP's spinning threads fight, and a 20 s training took over ten minutes here. So the cores are split.
-    """
-    if workers <= 1:
-        return None
-    return max(1, cpu_cores() // workers)
-
-
-def cpu_cores():
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 class Sandbox:

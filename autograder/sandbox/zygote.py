@@ -1,7 +1,9 @@
 """The zygote: one process per grader that has imported torch and forks each sandbox from there.
 
 Started from child/__main__.py with the grader's import path less the course and an environment with nothing of
-the grader's (import_path, sandbox_env); a sandbox then starts in milliseconds, not in torch's import time.
+the grader's but its thread count (import_path, sandbox_env); a sandbox then starts in milliseconds, not in torch's
+import time. This module imports no torch (its protocol imports are deferred): a worker starts its zygote first and
+imports the grader (torch, pytest) while the zygote imports torch on another core.
 """
 import contextlib
 import json
@@ -13,9 +15,6 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-
-from autograder.sandbox.channel import read_line
-from autograder.sandbox.protocol import SandboxFailure, as_text
 
 CHILD = Path(__file__).with_name("child") / "__main__.py"  # the student's side, run as a script (child/__init__.py)
 SCRATCH_DIR = tempfile.gettempdir()  # where each sandbox's scratch folder is made
@@ -46,12 +45,28 @@ def import_path():
     return out
 
 
+def threads_per_worker(workers):
+    """CPU threads for each of `workers` sandboxes running at once: the cores split evenly, at least one each.
+
+    Two processes that each run torch's default of one thread per core on the same cores do not share them:
+    OpenMP's spinning threads fight, and a 20 s training took over ten minutes here. So the cores are split, and
+    one worker gets them all explicitly (never torch's default, which OMP_NUM_THREADS in the TA's shell moves).
+    """
+    return max(1, cpu_cores() // max(1, workers))
+
+
+def cpu_cores():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def sandbox_env(threads=None):
     """The student's environment: nothing of the grader's but locale, threads and the visible GPUs.
 
     OpenMP's threads wait passively: its default spins them between parallel regions, and where another process
     keeps the cores busy (a shared JupyterHub server, a second worker) the spinning fights it for them. libgomp
-    reads the setting when torch loads it, so it must be in the zygote's environment, not set after the fork.
+    reads the setting when torch loads it, so it must be in the zygote's environment, not set after the fork; so
+    must the thread count (the zygote sets torch's from OMP_NUM_THREADS as it imports it, child/monitor.py).
     """
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES",
                                                          "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -69,12 +84,15 @@ class Zygote:
     def __init__(self):
         self.lock = threading.Lock()
         self.proc = None
+        self.threads = None  # the CPU threads its sandboxes start with (sandbox_env's OMP_NUM_THREADS)
 
     def spawn(self, cfg):
         """Start a sandbox; returns (pid, (req_w, resp_r, out_r, status_r, life_w)), the grader's pipe ends.
 
         life_w is the sandbox's lifeline: only this process holds it, and its closing ends the sandbox.
         """
+        from autograder.sandbox.channel import read_line
+        from autograder.sandbox.protocol import SandboxFailure
         for _attempt in (1, 2):  # a zygote that died since its last spawn is replaced once
             (req_r, req_w), (resp_r, resp_w), (out_r, out_w), (status_r, status_w), (life_r, life_w) = \
                 (os.pipe() for _ in range(5))
@@ -82,7 +100,7 @@ class Zygote:
             try:
                 with self.lock:
                     if self.proc is None or self.proc.poll() is not None:
-                        self._start()
+                        self._start(cfg.get("threads") or self.threads)
                     # the zygote may have gone away between poll() and send: reading the pid below fails then
                     with contextlib.suppress(OSError):
                         socket.send_fds(self.sock, [json.dumps(cfg).encode()], theirs)
@@ -102,13 +120,14 @@ class Zygote:
                     break  # the zygote is alive and still could not start it: no point retrying
         raise SandboxFailure("sandbox", f"the sandbox process could not be started: {self.last_error()}")
 
-    def ensure_started(self):
-        """Start the zygote now (a warm worker's), not at the first spawn; a running one is kept."""
+    def ensure_started(self, threads=None):
+        """Start the zygote now (a warm worker's), not at the first spawn, its sandboxes with `threads` CPU threads;
+        a running one is kept."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
-                self._start()
+                self._start(threads)
 
-    def _start(self):
+    def _start(self, threads=None):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
         # its stderr (an import that fails, a monitor's traceback) goes to a file only the grader holds: the
         # cause a failed start names
@@ -116,12 +135,13 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno()),
                                       json.dumps(import_path())],
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=self.errors,
-                                     env=sandbox_env(), cwd="/")
+                                     env=sandbox_env(threads), cwd="/")
         theirs.close()
-        self.sock = ours
+        self.sock, self.threads = ours, threads
 
     def last_error(self):
         """The last line of the zygote's stderr that says something (`ModuleNotFoundError: No module named ...`)."""
+        from autograder.sandbox.protocol import as_text
         try:
             self.errors.seek(0)
             lines = [line.strip() for line in self.errors.read()[-8192:].decode(errors="replace").splitlines()]

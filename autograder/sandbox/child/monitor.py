@@ -45,9 +45,10 @@ def sandbox_process(cfg, fds, in_pid_namespace):
     os.close(out_w)
     os.environ.clear()
     os.environ.update(cfg["env"])
-    if cfg.get("threads"):  # the grader's share of the cores for this sandbox (torch was imported before)
+    if cfg.get("threads"):  # set in the zygote already (its OMP_NUM_THREADS): here only where this sandbox differs
         import torch
-        torch.set_num_threads(cfg["threads"])
+        if torch.get_num_threads() != cfg["threads"]:
+            torch.set_num_threads(cfg["threads"])
     import faulthandler
     faulthandler.enable()
     try:
@@ -178,25 +179,32 @@ def zygote(control_fd, import_path=None):
     """Import torch once, then fork a sandbox (through its monitor) per request: a sandbox starts in milliseconds.
 
     `import_path` is the grader's sys.path less the course's folders: started with -I, this process would
-    otherwise miss packages found through PYTHONPATH or the user site.
+    otherwise miss packages found through PYTHONPATH or the user site. Its threads are the grader's share of the
+    cores (OMP_NUM_THREADS in its environment), set in torch here so that every sandbox forks with them.
     """
     import signal
     import socket
+    grader = grader_watch()
     if import_path:
         sys.path[:] = import_path
     # No PR_SET_PDEATHSIG: it fires when the *thread* that started us ends (a batch worker), not the grader.
-    # The grader's end of the control socket closing (its exit, or its death) is what ends the loop below,
-    # and each monitor watches its own lifeline: a Ctrl-C meant for the grader is not for these processes.
+    # The grader's end of the control socket closing (its exit, or its death) ends the loop below, and so does
+    # the grader's own end (a pidfd: the socket's end may also be held by a process the grader forked); each
+    # monitor watches its own lifeline: a Ctrl-C meant for the grader is not for these processes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import numpy  # noqa: E401, F401 -- imported once, shared copy-on-write
     helpers.load_helpers()
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+        torch.set_num_threads(int(threads))
     os.environ["MPLBACKEND"] = "Agg"
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox
         with contextlib.suppress(Exception):  # optional: a missing package is the notebook's own business
             __import__(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)       # monitors are reaped by the kernel
     sock = socket.socket(fileno=control_fd)
-    while True:
+    while wait_for_request(sock, grader):
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 5)
         if not msg:
             return
@@ -204,7 +212,36 @@ def zygote(control_fd, import_path=None):
         if os.fork() == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             sock.close()
+            if grader is not None:
+                os.close(grader)
             monitor(cfg, fds)
         for fd in fds:
             os.close(fd)
 
+
+def grader_watch():
+    """A pidfd of the grader (this process's parent), readable once it has ended; None where there is none."""
+    parent = os.getppid()
+    try:
+        pidfd = os.pidfd_open(parent)
+    except (AttributeError, OSError):
+        return None
+    if os.getppid() != parent:  # it ended before the pidfd was opened: the pidfd is another process's
+        os.close(pidfd)
+        sys.exit(0)
+    return pidfd
+
+
+def wait_for_request(sock, grader):
+    """Whether a request (or the socket's end) is there to read: False once the grader has ended."""
+    import select
+    poll = select.poll()
+    poll.register(sock.fileno(), select.POLLIN)
+    if grader is not None:
+        poll.register(grader, select.POLLIN)
+    while True:
+        events = dict(poll.poll())
+        if grader is not None and grader in events:
+            return False
+        if sock.fileno() in events:
+            return True

@@ -1,0 +1,100 @@
+"""A grading process warmed before its first submission, with its share of the cores, that never outlives its
+coordinator.
+
+`warm(threads)` sets the thread environment before any math library loads (OpenMP reads it once, when torch
+loads libgomp), starts the zygote first (a process that imports torch on another core) and only then imports the
+grader (torch, pytest, the plugin), so that the two imports overlap. A pool worker of `course grade --workers N`
+(`started`, the pool's initializer), a single `course grade`, and a Dask worker (task.py) all start this way.
+
+A pool worker watches its coordinator (a pidfd of its parent): when the coordinator ends in any way (SIGKILL and
+the OOM killer included) the worker interrupts itself, unwinds (its sandbox closed, its result lock released) and
+exits; its zygote sees the worker end, and each sandbox's monitor its lifeline close. Interrupted (SIGTERM from
+the coordinator, SIGINT from the terminal, SIGHUP), a worker that is grading unwinds the same way and exits, one
+that is not exits at once.
+
+This module imports nothing heavy: the pool's spawned process loads it before the initializer runs.
+"""
+import contextlib
+import os
+import signal
+import threading
+import time
+
+EXIT_AFTER_SECONDS = 5  # an orphaned worker still alive this long after interrupting itself exits unconditionally
+_grading = False  # whether a submission is being graded here (then an interrupt unwinds it first)
+
+
+def thread_environment(threads):
+    """This process's and its children's CPU threads, for the math libraries that have not loaded yet."""
+    os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # OpenMP's threads sleep between regions, never spin
+
+
+def start_zygote(threads):
+    """This process's threads set, and its zygote started with `threads` CPU threads per sandbox (not waited for)."""
+    thread_environment(threads)
+    from autograder.sandbox.zygote import ZYGOTE
+    ZYGOTE.ensure_started(threads)
+
+
+def warm(threads):
+    """The zygote started with `threads` CPU threads per sandbox, then the grader imported and given them too."""
+    start_zygote(threads)
+    import torch
+    torch.set_num_threads(threads)  # the grader's own reference computations use the same share
+    from autograder.grading import grade  # noqa: F401  (pytest, the plugin, the checks)
+
+
+def started(threads):
+    """A pool worker's initializer: watch the coordinator, take interrupts as described above, then warm up."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
+    watch_parent()
+    warm(threads)
+
+
+def run(fn, *args):
+    """fn(*args) in a pool worker; an interrupt unwinds it, then ends the worker (the coordinator is going)."""
+    global _grading
+    _grading = True
+    try:
+        return fn(*args)
+    except KeyboardInterrupt:
+        os._exit(130)  # unwound: sandbox closed, lock released; the pool would only wait for work that never comes
+    finally:
+        _grading = False
+
+
+def _interrupted(signum, frame):
+    if not _grading:
+        os._exit(128 + signum)  # nothing to unwind: the zygote sees this process end
+    raise KeyboardInterrupt
+
+
+def watch_parent():
+    """A daemon thread that interrupts this process when its parent ends, and ends it EXIT_AFTER_SECONDS later.
+
+    A pidfd, not PR_SET_PDEATHSIG, which fires when the parent's *thread* that started us ends (the pool starts
+    workers from whichever thread submits); where pidfds are missing (Linux < 5.3), getppid() is polled.
+    """
+    parent = os.getppid()
+    try:
+        pidfd = os.pidfd_open(parent)
+    except (AttributeError, OSError):
+        pidfd = None
+    if os.getppid() != parent:  # gone already: the pidfd may be another process's
+        os._exit(1)
+
+    def watch():
+        import select
+        if pidfd is not None:
+            select.select([pidfd], [], [])
+        else:
+            while os.getppid() == parent:
+                time.sleep(1)
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), signal.SIGTERM)  # to the main thread: the grading unwinds
+        time.sleep(EXIT_AFTER_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="course-parent-watch", daemon=True).start()
