@@ -164,6 +164,9 @@ def run_reference(aid, name, device="cpu", seed=None):
 # --- the reference's validation curve, which a student's run is judged hopeless against --------------------
 
 _CURVES = {}  # key -> curve: once per process, also when the cache is off
+# The curve's run uses one CPU thread whatever the machine: the same curve everywhere, and on a loaded machine two
+# spinning OpenMP threads made this one training over five times slower (a 25-minute grading here).
+CURVE_THREADS = 1
 
 
 def validates_against_marks(spec):
@@ -179,11 +182,16 @@ def reference_curve(aid, exp, seed, device):
         return []
     key = experiment_key({"reference curve": exp.name, "code": experiment_code(aid),
                           "solutions": solution_fingerprint(aid), "cfg": exp.cfg, "seed": seed, "device": device,
-                          "libraries": libraries(), "data": data_source_of(aid), "threads": torch.get_num_threads()})
+                          "libraries": libraries(), "data": data_source_of(aid), "threads": CURVE_THREADS})
     if key not in _CURVES:
         curve = cache_read(key)
         if curve is None:
-            reference = _grader_step(exp, "reference curve", run_reference, aid, exp.name, device, seed)
+            threads = torch.get_num_threads()
+            torch.set_num_threads(CURVE_THREADS)
+            try:
+                reference = _grader_step(exp, "reference curve", run_reference, aid, exp.name, device, seed)
+            finally:
+                torch.set_num_threads(threads)
             curve = reference.history.get("val", [])
             cache_write(key, curve)  # a failed write prints its warning; the next process trains it again
         _CURVES[key] = curve
