@@ -48,6 +48,7 @@ def test_a_transformer_that_cannot_learn_costs_at_most_1_5x_the_complete_one_and
     exp = load_course().assignment(AID).experiments["reverse_transformer"]
     assert reverse["extra_data"]["trained"][0]["steps"] < exp.steps
     print(f"\ntraining steps: complete {steps_trained(complete)}, frozen {steps_trained(frozen)}")
-    for name, t in {**complete, **frozen}.items():
-        print(name, t["extra_data"]["trained"], t["output"].splitlines()[-1])
+    for which, experiments in (("complete", complete), ("frozen", frozen)):
+        for name, t in experiments.items():
+            print(which, name, t["extra_data"]["trained"], t["output"].splitlines()[-1])
     assert steps_trained(frozen) <= 1.5 * steps_trained(complete)

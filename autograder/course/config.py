@@ -90,7 +90,7 @@ Dependencies = Literal["independent", "cascade"]  # a mistake costs points once,
 class Budgets(Strict):
     """How experiments spend their steps (course.yaml's `experiments:`; harness/training.py hopeless_reason)."""
     # a validation is judged hopeless only from this multiple of the step at which the reference cleared its marks
-    hopeless_after: float = Field(1.25, ge=1)
+    hopeless_after: float = Field(1.0, ge=1)
     # ... when every stopping figure is below this fraction of the reference's figure at that step
     hopeless_fraction: float = Field(0.5, gt=0, le=1)
     # the next seed is tried only when each figure the last one missed was within this fraction of its bound

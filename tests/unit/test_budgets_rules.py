@@ -44,7 +44,7 @@ def test_the_course_rule_reaches_every_experiments_cfg_and_an_experiment_may_wai
     assert exps["learns"].cfg["hopeless"] == {"after": 1.5, "fraction": 0.5}
     assert exps["late"].cfg["hopeless"] == {"after": 3, "fraction": 0.5}
     assert experiments(COURSE.replace("experiments: {hopeless_after: 1.5, hopeless_fraction: 0.5, close: 0.2}\n",
-                                      ""))["learns"].cfg["hopeless"] == {"after": 1.25, "fraction": 0.5}
+                                      ""))["learns"].cfg["hopeless"] == {"after": 1.0, "fraction": 0.5}
 
 
 @pytest.mark.parametrize("bad", ["hopeless_after: 0.5", "hopeless_fraction: 1.5", "close: -1", "patience: 2"])
