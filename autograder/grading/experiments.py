@@ -176,7 +176,7 @@ def validates_against_marks(spec):
 
 
 def reference_curve(aid, exp, seed, device):
-    """The reference's validation curve ([{step, figures...}], run_reference's history["val"]) for this experiment,
+    """The reference's validation curve ([{step, figures...}], its training history's `val`) for this experiment,
     seed and device: computed once per process and kept in the training cache, never once per submission."""
     if not exp.graded or not validates_against_marks(harness(aid).EXPERIMENTS[exp.name]):
         return []
@@ -189,13 +189,22 @@ def reference_curve(aid, exp, seed, device):
             threads = torch.get_num_threads()
             torch.set_num_threads(CURVE_THREADS)
             try:
-                reference = _grader_step(exp, "reference curve", run_reference, aid, exp.name, device, seed)
+                curve = reference_history(aid, exp, seed, device).get("val", [])
             finally:
                 torch.set_num_threads(threads)
-            curve = reference.history.get("val", [])
             cache_write(key, curve)  # a failed write prints its warning; the next process trains it again
         _CURVES[key] = curve
     return _CURVES[key]
+
+
+def reference_history(aid, exp, seed, device):
+    """The reference's training history for this seed, as run_reference trains it (not evaluated: only its curve is
+    wanted); each step that fails is the grader's, named."""
+    spec, ref = harness(aid).EXPERIMENTS[exp.name], reference_parts(aid)
+    torch.manual_seed(seed)
+    data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
+    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
+    return _grader_step(exp, "reference training", spec["train"], model, ref, data, exp.cfg, seed) or {}
 
 
 def with_stop(failures, run):
