@@ -52,3 +52,26 @@ def test_a_transformer_that_cannot_learn_costs_at_most_1_5x_the_complete_one_and
         for name, t in experiments.items():
             print(which, name, t["extra_data"]["trained"], t["output"].splitlines()[-1])
     assert steps_trained(frozen) <= 1.5 * steps_trained(complete)
+
+
+def test_the_reference_curve_is_trained_once_and_then_read_back(tmp_path, monkeypatch):
+    """Once per process (a memo) and once per machine (the training cache): never a reference training per
+    submission."""
+    from autograder.grading import experiments
+    from tests.test_grading import short_course
+    lab = "lab14_transformers"
+    monkeypatch.setenv("COURSE_CONFIG", str(short_course(tmp_path, lab, ["memory_task"])))  # 20 steps: 1 validation
+    monkeypatch.delenv("COURSE_NO_CACHE", raising=False)
+    monkeypatch.setattr("autograder.grading.cache.cache_folders", lambda: [tmp_path / "cache"])
+    monkeypatch.setattr(experiments, "_CURVES", {})
+    exp = load_course().assignment(lab).experiments["memory_task"]
+    curve = experiments.reference_curve(lab, exp, 0, "cpu")
+    assert [v["step"] for v in curve] == [16] and 0 <= curve[0]["test_accuracy"] <= 1
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+    def no_training(*args):
+        raise AssertionError("the reference trained again")
+    monkeypatch.setitem(experiments.harness(lab).EXPERIMENTS["memory_task"], "data", no_training)
+    assert experiments.reference_curve(lab, exp, 0, "cpu") == curve      # the memo
+    monkeypatch.setattr(experiments, "_CURVES", {})
+    assert experiments.reference_curve(lab, exp, 0, "cpu") == curve      # another process: the cache
