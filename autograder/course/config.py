@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from autograder.errors import ConfigError
 
@@ -78,6 +87,20 @@ class Bound(Strict):
 Dependencies = Literal["independent", "cascade"]  # a mistake costs points once, or in every item built on it
 
 
+class Budgets(Strict):
+    """How experiments spend their steps (course.yaml's `experiments:`; harness/training.py hopeless_reason)."""
+    # a validation is judged hopeless only from this multiple of the step at which the reference cleared its marks
+    hopeless_after: float = Field(1.0, ge=1)
+    # ... when every stopping figure is below this fraction of the reference's figure at that step
+    hopeless_fraction: float = Field(0.5, gt=0, le=1)
+    # the next seed is tried only when each figure the last one missed was within this fraction of its bound
+    close: float = Field(0.2, ge=0)
+
+    def hopeless_rule(self, after: float | None = None) -> dict[str, float]:
+        """The rule as the harness's training reads it (cfg["hopeless"]); `after`: an experiment's own."""
+        return {"after": after or self.hopeless_after, "fraction": self.hopeless_fraction}
+
+
 class Item(Strict):
     signature: str
     methods: dict[str, str] = {}
@@ -105,7 +128,9 @@ class Experiment(Strict):
     steps: int = Field(gt=0)
     seeds: list[int] = Field(min_length=1)
     dependencies: Dependencies | None = None  # None: the assignment's
+    hopeless_after: float | None = Field(None, ge=1)  # None: the course's `experiments.hopeless_after`
     name: str = ""
+    _hopeless: dict[str, float] = PrivateAttr(default_factory=lambda: Budgets().hopeless_rule())  # the course's
 
     @property
     def graded(self) -> bool:
@@ -115,7 +140,8 @@ class Experiment(Strict):
     def cfg(self) -> dict[str, Any]:
         """The plain dict the harness functions receive."""
         return {"name": self.name, "steps": self.steps, "seeds": list(self.seeds), "metric": self.metric,
-                "threshold": {k: b.model_dump() for k, b in self.threshold.items()}, "lecture": dict(self.lecture)}
+                "threshold": {k: b.model_dump() for k, b in self.threshold.items()}, "lecture": dict(self.lecture),
+                "hopeless": dict(self._hopeless)}
 
     def failures(self, metrics: dict[str, float]) -> list[str]:
         """The thresholds these metrics miss, each as a readable sentence."""
@@ -126,6 +152,15 @@ class Experiment(Strict):
             elif not bound.holds(metrics[key]):
                 out.append(f"{key} = {metrics[key]:.4g}, needs {bound}")
         return out
+
+    def came_close(self, metrics: dict[str, float] | None, within: float) -> bool:
+        """Whether every thresholded figure was measured and lies within `within` times its bound of it (course.yaml's
+        `experiments.close`): only such a miss is worth another seed."""
+        def near(value: float, bound: Bound) -> bool:
+            return ((bound.min is None or value >= bound.min - within * abs(bound.min))
+                    and (bound.max is None or value <= bound.max + within * abs(bound.max)))
+        return metrics is not None and all(
+            isinstance(metrics.get(k), (int, float)) and near(metrics[k], b) for k, b in self.threshold.items())
 
 
 class Assignment(Strict):
@@ -205,6 +240,7 @@ class Course(Strict):
     seed: int
     dependencies: Dependencies = "independent"  # an assignment or an experiment may say otherwise
     limits: Limits = Limits()
+    experiments: Budgets = Budgets()
     gradescope: Gradescope = Gradescope()
     # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)
     similarity: Similarity = Field(Similarity(), exclude=True)
@@ -233,6 +269,8 @@ class Course(Strict):
     def name_assignments(self) -> "Course":
         for aid, a in self.assignments.items():
             a.id = aid
+            for exp in a.experiments.values():
+                exp._hopeless = self.experiments.hopeless_rule(exp.hopeless_after)
         return self
 
     @property

@@ -17,6 +17,10 @@ Whose failure is it? The student's item is scored only from the student's behavi
   torch's own errors); any other exception there (NameError, ImportError, AssertionError, ...) with no frame of
   the student's is the harness's, hence the grader's. A student who breaks the harness's own names (deleting a
   builtin) therefore gets a grader failure that a TA sees, never a silent score.
+
+Wrong work must not cost the most (course.yaml's `experiments:`): the student's run gets the reference's validation
+curve for the same seed and device (reference_curve, computed once and cached) and stops when its figures are
+hopeless against it (harness/training.py); the next seed is tried only when the last one came close.
 """
 import builtins
 import hashlib
@@ -133,6 +137,70 @@ def run_reference(aid, name, device="cpu", seed=None):
     return result
 
 
+# --- the reference's validation curve, which a student's run is judged hopeless against --------------------
+
+_CURVES = {}  # key -> curve: once per process, also when the cache is off
+# The curve's run uses one CPU thread whatever the machine: the same curve everywhere, and on a loaded machine two
+# spinning OpenMP threads made this one training over five times slower (a 25-minute grading here).
+CURVE_THREADS = 1
+
+
+def validates_against_marks(spec):
+    """Whether the experiment's training stops on validation marks (harness/training.py pass_marks): only such a
+    run has a reference curve to be judged against."""
+    return "pass_marks" in inspect.getsource(spec["train"])
+
+
+def reference_curve(aid, exp, seed, device):
+    """The reference's validation curve ([{step, figures...}], its training history's `val`) for this experiment,
+    seed and device: computed once per process and kept in the training cache, never once per submission."""
+    if not exp.graded or not validates_against_marks(harness(aid).EXPERIMENTS[exp.name]):
+        return []
+    key = experiment_key({"reference curve": exp.name, "code": experiment_code(aid),
+                          "solutions": solution_fingerprint(aid), "cfg": exp.cfg, "seed": seed, "device": device,
+                          "libraries": libraries(), "data": data_source_of(aid), "threads": CURVE_THREADS})
+    if key not in _CURVES:
+        curve = cache_read(key)
+        if curve is None:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(CURVE_THREADS)
+            try:
+                curve = reference_history(aid, exp, seed, device).get("val", [])
+            finally:
+                torch.set_num_threads(threads)
+            cache_write(key, curve)  # a failed write prints its warning; the next process trains it again
+        _CURVES[key] = curve
+    return _CURVES[key]
+
+
+def reference_history(aid, exp, seed, device):
+    """The reference's training history for this seed, as run_reference trains it (not evaluated: only its curve is
+    wanted); each step that fails is the grader's, named."""
+    spec, ref = harness(aid).EXPERIMENTS[exp.name], reference_parts(aid)
+    torch.manual_seed(seed)
+    data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
+    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
+    return _grader_step(exp, "reference training", spec["train"], model, ref, data, exp.cfg, seed) or {}
+
+
+def with_stop(failures, run):
+    """The run's failures, with why it stopped as hopeless after them: a stop explains a miss, it is never one
+    (a run stopped as hopeless whose figures still pass, passes)."""
+    return failures + [run["hopeless"]] if failures and run.get("hopeless") else failures
+
+
+def untried_seeds(exp, seed, metrics, run, close):
+    """'' when the next seed is worth trying after this miss, else the line that says why it is not (course.yaml's
+    `experiments.close`): a run stopped as hopeless, or with no figures (a crash, a limit), is never close."""
+    rest = exp.seeds[exp.seeds.index(seed) + 1:]
+    if not rest:
+        return ""
+    why = ("it was stopped as hopeless" if run.get("hopeless") else
+           "it gave no figures" if metrics is None else
+           "" if exp.came_close(metrics, close) else
+           f"it missed a bound by more than {close:g} of the bound (course.yaml: experiments.close)")
+    return why and f"seed {', '.join(map(str, rest))} not tried: seed {seed} did not come close ({why})"
+
 def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, package=PACKAGE):
     """Everything that can change one experiment's result and nothing else: the student's cells and the grader's
     code (experiment_code: what the run executes), each as it runs (not as laid out or commented), the reference
@@ -159,27 +227,33 @@ def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
         return outcome
     spec, ref = harness(aid).EXPERIMENTS[exp.name], reference_parts(aid)
     limits = course.limits_for(aid, exp.item)
-    lines, t0 = [], time.monotonic()
+    lines, t0, trained = [], time.monotonic(), []
     for seed in exp.seeds:
         key = experiment_key(experiment_inputs(code, aid, exp, seed, device, sandbox.threads,
                                                      getattr(sandbox, "tripwire", None)))
         cached = cache_read(key)
         if cached is not None:
-            metrics, failures = cached
+            metrics, failures, run = (cached + [{}])[:3]
             if metrics is not None:  # thresholds are judged now: course.yaml may have changed since
-                failures = exp.failures(metrics)
+                failures = with_stop(exp.failures(metrics), run)
         else:
-            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes)
+            run = {}
+            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes, run)
             if metrics is not None or failures and "time limit" not in failures[0]:
-                warning = cache_write(key, [metrics, failures])
+                warning = cache_write(key, [metrics, failures, run])
                 if warning and notes is not None and warning not in notes:
                     notes.append(warning)
         shown = ", ".join(f"{k} {v:.4g}" + (f" (lecture {exp.lecture[k]:g})" if k in exp.lecture else "")
                           for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
         lines.append(f"seed {seed}: {shown or 'no metrics'}" + ("" if not failures else " -- " + "; ".join(failures)))
-        outcome.extra = {"experiment": exp.name, "seed": seed, "metrics": metrics or {}}
+        trained.append({"seed": seed, **run})
+        outcome.extra = {"experiment": exp.name, "seed": seed, "metrics": metrics or {}, "trained": trained}
         if metrics is not None and not failures:
             outcome.score = outcome.max_score
+            break
+        untried = untried_seeds(exp, seed, metrics, run, course.experiments.close)
+        if untried:
+            lines.append(untried)
             break
     outcome.seconds = time.monotonic() - t0
     verdict = "passed" if outcome.score else "missed the lecture's threshold"
@@ -221,7 +295,10 @@ def killed_from_outside(failure):
     return failure.kind == "crash" and "killed by signal SIGKILL" in str(failure)
 
 
-def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None):
+def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None, run=None):
+    """Train in the sandbox, evaluate here: (metrics, failures); `run` (a dict) gets the steps the training took
+    and why it stopped as hopeless ('' when it did not)."""
+    run = {} if run is None else run
     try:
         sandbox.ensure()
     except SandboxFailure as e:
@@ -230,13 +307,16 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
         return None, [f"the notebook's code could not be reloaded for training: {e}"]
     except StudentRaised as e:
         return None, [f"the notebook's code could not be reloaded for training: {e}"]
+    cfg = {**exp.cfg, "reference": reference_curve(aid, exp, seed, device)}
     torch.manual_seed(seed)
     data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
     for attempt in (1, 2):
         try:
             answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
-                                     name=exp.name, cfg=exp.cfg, seed=seed, device=device)
+                                     name=exp.name, cfg=cfg, seed=seed, device=device)
             trained = sandbox.value(answer)
+            history = answer.get("history") if isinstance(answer.get("history"), dict) else {}
+            run.update(steps=history.get("steps"), hopeless=str(history.get("hopeless") or ""))
             break
         except StudentRaised as e:
             if not students_training_error(str(e)):
@@ -273,10 +353,10 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
     model.eval()
     if _finite(trained):
         metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
-        return metrics, exp.failures(metrics)
+        return metrics, with_stop(exp.failures(metrics), run)
     try:  # nan or inf weights, which only the student's training makes: NaN metrics miss every threshold
         metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
     except Exception as e:
-        return None, [f"training left weights that are not finite (nan or inf); evaluating them raised "
-                      f"{type(e).__name__}"]
-    return metrics, exp.failures(metrics)
+        return None, with_stop([f"training left weights that are not finite (nan or inf); evaluating them raised "
+                                f"{type(e).__name__}"], run)
+    return metrics, with_stop(exp.failures(metrics), run)

@@ -4,7 +4,11 @@ A run takes `steps` optimiser steps at most (its budget, course.yaml's `steps`),
 steps from step `first` on, `validate()` scores the model in eval mode on validation data; training stops early once
 those figures (named as the experiment's metrics they estimate) clear their `marks`: each metric's pass mark plus a
 margin, so that the grader's fresh test data clears the mark itself. The history it returns has the same keys in
-every harness: loss, val, steps, stopped_early, seconds.
+every harness: loss, val, steps, stopped_early, hopeless, seconds.
+
+Wrong work must not cost the most: when the grader sends the reference's validation curve for the same run
+(cfg["reference"], its history's `val`) with course.yaml's rule (cfg["hopeless"]: `after`, `fraction`), a run also
+stops at a validation whose figures are hopeless against it (hopeless_reason), and says why in `hopeless`.
 
 The sandbox loads this module beside the harness (grading/experiments.py harness_sources), so it imports nothing
 of the grader's.
@@ -32,20 +36,47 @@ def on_device(device, **tensors):
     return {k: v.to(device) for k, v in tensors.items()}
 
 
+class Marks(dict):
+    """{metric: the level validation must reach to stop}, with the reference's curve and the hopeless rule of the
+    run they belong to (none: a run is never stopped as hopeless)."""
+    reference: list = []
+    rule: dict = {}
+
+
 def pass_marks(cfg, margins, cap=None):
     """{metric: the level validation must reach to stop}: course.yaml's `min` plus the margin, at most `cap`;
-    a metric with no `min` (an upper bound, a figure for the record) never stops a run."""
-    marks = {}
+    a metric with no `min` (an upper bound, a figure for the record) never stops a run. The marks carry cfg's
+    reference curve and hopeless rule (module doc) to train_until."""
+    marks = Marks()
     for metric, margin in margins.items():
         low = cfg["threshold"].get(metric, {}).get("min")
         if low is not None:
             marks[metric] = low + margin if cap is None else min(cap, low + margin)
+    marks.reference, marks.rule = list(cfg.get("reference") or []), dict(cfg.get("hopeless") or {})
     return marks
 
 
 def cleared(figures, marks):
     """Whether validation's figures reach every mark (a figure missing, as when validation failed, does not)."""
     return all(metric in figures and figures[metric] >= mark for metric, mark in marks.items())
+
+
+def hopeless_reason(figures, step, marks):
+    """Why the run is hopeless at this validation, or '': the reference had cleared the marks by step / `after`,
+    and every figure is below `fraction` of the reference's at its last validation up to `step`. A figure missing
+    (validation failed) is never hopeless: the rule judges only what it measured."""
+    reference, rule = getattr(marks, "reference", []), getattr(marks, "rule", {})
+    if not reference or not rule or not marks:
+        return ""
+    cleared_at = next((v["step"] for v in reference if cleared(v, marks)), None)
+    if cleared_at is None or step < rule["after"] * cleared_at:
+        return ""
+    ref = [v for v in reference if v["step"] <= step][-1]
+    if not all(metric in figures and figures[metric] < rule["fraction"] * ref[metric] for metric in marks):
+        return ""
+    shown = ", ".join(f"{m} {figures[m]:.3g} < {rule['fraction']:g} x the reference's {ref[m]:.3g}" for m in marks)
+    return (f"stopped as hopeless at step {step}: {shown} (the reference cleared its stopping marks at step "
+            f"{cleared_at})")
 
 
 def shuffled_rows(n, batch, gen, device):
@@ -69,10 +100,11 @@ def train_until(model, batch_loss, steps, lr, validate=None, marks=None, every=1
     """Adam at `lr` (times lr_scale(step) when given) on batch_loss(step) for steps 1..`steps`, gradients clipped
     to norm `clip` when given; stops after the first validation whose figures clear `marks` (module doc).
 
-    history: loss (every loss_every-th step's), val ([{step, figures...}]), steps (taken), stopped_early, seconds.
+    history: loss (every loss_every-th step's), val ([{step, figures...}]), steps (taken), stopped_early, hopeless
+    (why it stopped as hopeless, or ''), seconds.
     """
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    history = {"loss": [], "val": [], "steps": 0, "stopped_early": False}
+    history = {"loss": [], "val": [], "steps": 0, "stopped_early": False, "hopeless": ""}
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         model.train()
@@ -93,6 +125,10 @@ def train_until(model, batch_loss, steps, lr, validate=None, marks=None, every=1
             figures = validate()
             history["val"].append({"step": step, **figures})
             if cleared(figures, marks):
+                history["stopped_early"] = step < steps
+                break
+            history["hopeless"] = hopeless_reason(figures, step, marks)
+            if history["hopeless"]:
                 history["stopped_early"] = step < steps
                 break
     model.eval()
