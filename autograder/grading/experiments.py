@@ -201,6 +201,7 @@ def untried_seeds(exp, seed, metrics, run, close):
            f"it missed a bound by more than {close:g} of the bound (course.yaml: experiments.close)")
     return why and f"seed {', '.join(map(str, rest))} not tried: seed {seed} did not come close ({why})"
 
+
 def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, package=PACKAGE):
     """Everything that can change one experiment's result and nothing else: the student's cells and the grader's
     code (experiment_code: what the run executes), each as it runs (not as laid out or commented), the reference
