@@ -34,6 +34,7 @@ import torch
 
 from autograder.course.config import load_course
 from autograder.errors import UNUSABLE, GraderError
+from autograder.grading import shared_runs
 from autograder.grading.cache import (
     PACKAGE,
     cache_read,
@@ -144,10 +145,7 @@ def run_reference(aid, name, device="cpu", seed=None):
     result = ExperimentResult(aid, name)
     for s in ([seed] if seed is not None else exp.seeds):
         t0 = time.perf_counter()
-        torch.manual_seed(s)
-        data = spec["data"](ref, exp.cfg, s, device)
-        model = spec["build"](ref, exp.cfg, s, device)
-        history = spec["train"](model, ref, data, exp.cfg, s)
+        model, history = _reference_training(aid, name, s, device, ref)
         model.eval()
         metrics = spec["evaluate"](model, ref, exp.cfg, s, device)
         result = ExperimentResult(aid, name, metrics, exp.failures(metrics),
@@ -155,6 +153,38 @@ def run_reference(aid, name, device="cpu", seed=None):
         if result.passed:
             break
     return result
+
+
+def _reference_training(aid, name, seed, device, ref):
+    """(model, history): one experiment trained with the reference parts, or built from the trained run it reuses
+    (grading/shared_runs.py); a run another experiment reuses is kept."""
+    course, experiments = load_course().assignment(aid), harness(aid).EXPERIMENTS
+    exp, spec = course.experiments[name], experiments[name]
+    reused = shared_runs.reused_name(spec)
+    held = shared_runs.kept(_reference_identity(aid, course.experiments[reused], seed, device)) if reused else None
+    if reused and not shared_runs.trains_itself(spec):
+        if held is None:
+            trained, history = _reference_training(aid, reused, seed, device, ref)
+            held = shared_runs.state_of(trained), history
+        model = spec["build"](ref, exp.cfg, seed, device)
+        assign_state(model, held[0])
+        return model, {**held[1], "reused": reused}
+    torch.manual_seed(seed)
+    data = spec["data"](ref, exp.cfg, seed, device)
+    if held is not None:
+        data.update(shared_runs.as_data(held[0]))
+    model = spec["build"](ref, exp.cfg, seed, device)
+    history = spec["train"](model, ref, data, exp.cfg, seed)
+    if shared_runs.is_reused(experiments, name):
+        shared_runs.keep(_reference_identity(aid, exp, seed, device), shared_runs.state_of(model), history)
+    return model, history
+
+
+def _reference_identity(aid, exp, seed, device):
+    """What a reference run's trained state depends on (experiment_inputs, with the solution for the cells)."""
+    return experiment_key({"reference": solution_fingerprint(aid), "code": experiment_code(aid), "cfg": exp.cfg,
+                           "name": exp.name, "seed": seed, "device": device, "threads": torch.get_num_threads(),
+                           "data": data_source_of(aid)})
 
 
 def data_source_of(aid):
@@ -203,7 +233,8 @@ def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
             if metrics is not None:  # thresholds are judged now: course.yaml may have changed since
                 failures = exp.failures(metrics)
         else:
-            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes)
+            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes,
+                                                    _sharing(course, aid, exp, code, seed, device, sandbox, key))
             if metrics is not None or failures and "time limit" not in failures[0]:
                 warning = cache_write(key, [metrics, failures])
                 if warning and notes is not None and warning not in notes:
@@ -255,7 +286,60 @@ def killed_from_outside(failure):
     return failure.kind == "crash" and "killed by signal SIGKILL" in str(failure)
 
 
-def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None):
+def _sharing(course, aid, exp, code, seed, device, sandbox, key):
+    """(keep_as, reused_key, reused_exp) for grading/shared_runs.py: the identity to keep this run's trained state
+    under (its experiment key, when another experiment reuses it), and the run it reuses, identified by that run's
+    own experiment key with the same cells (None, None when it reuses none)."""
+    experiments = harness(aid).EXPERIMENTS
+    keep_as = key if shared_runs.is_reused(experiments, exp.name) else None
+    reused = shared_runs.reused_name(experiments[exp.name])
+    if reused is None:
+        return keep_as, None, None
+    other = course.assignment(aid).experiments[reused]
+    return keep_as, experiment_key(experiment_inputs(code, aid, other, seed, device, sandbox.threads,
+                                                     getattr(sandbox, "tripwire", None))), other
+
+
+def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None, sharing=None):
+    """Train in the sandbox (or take the kept run it reuses: grading/shared_runs.py), evaluate here."""
+    keep_as, reused_key, reused_exp = sharing or (None, None, None)
+    held = shared_runs.kept(reused_key)
+    if reused_exp is not None and not shared_runs.trains_itself(spec):  # the reused run's model, evaluated here
+        keep_as = reused_key
+        run, failures = (held, []) if held is not None else _train(
+            aid, harness(aid).EXPERIMENTS[reused_exp.name], reused_exp, sandbox, ref, seed, device, limits, notes)
+    else:
+        held_data = shared_runs.as_data(held[0]) if held is not None else {}
+        run, failures = _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes, held_data)
+    if failures:
+        return None, failures
+    trained, history = run
+    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
+    expected = len(model.state_dict())
+    if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
+        trained = []  # nothing that could be a model's state came back
+    try:
+        assign_state(model, trained)
+    except StateMismatch:
+        return None, ["the trained model's parameters do not have the reference architecture's shapes "
+                      f"({len(trained)} tensors, expected {expected})"]
+    if run is not held:
+        shared_runs.keep(keep_as, trained, history)
+    model.eval()
+    if _finite(trained):
+        metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
+        return metrics, exp.failures(metrics)
+    try:  # nan or inf weights, which only the student's training makes: NaN metrics miss every threshold
+        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
+    except Exception as e:
+        return None, [f"training left weights that are not finite (nan or inf); evaluating them raised "
+                      f"{type(e).__name__}"]
+    return metrics, exp.failures(metrics)
+
+
+def _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes, extra=None):
+    """((state tensors, history), []) from the harness's training in the sandbox, or (None, failures); `extra`:
+    data tensors added to the experiment's own (a kept state it reuses)."""
     try:
         sandbox.ensure()
     except SandboxFailure as e:
@@ -265,12 +349,12 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
     except StudentRaised as e:
         return None, [f"the notebook's code could not be reloaded for training: {e}"]
     torch.manual_seed(seed)
-    data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
+    data = {**_grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device), **(extra or {})}
     for attempt in (1, 2):
         try:
             answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
                                      name=exp.name, cfg=exp.cfg, seed=seed, device=device)
-            trained = sandbox.value(answer)
+            trained = sandbox.value(answer), answer.get("history") or {}
             break
         except StudentRaised as e:
             if not students_training_error(str(e)):
@@ -295,22 +379,4 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
                 if getattr(e, "kind", "") == "sandbox":
                     raise GraderError(f"experiment {exp.name}: the sandbox could not be restarted: {e}") from e
                 return None, [f"the notebook's code could not be reloaded for training: {e}"]
-    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
-    expected = len(model.state_dict())
-    if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
-        trained = []  # nothing that could be a model's state came back
-    try:
-        assign_state(model, trained)
-    except StateMismatch:
-        return None, ["the trained model's parameters do not have the reference architecture's shapes "
-                      f"({len(trained)} tensors, expected {expected})"]
-    model.eval()
-    if _finite(trained):
-        metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
-        return metrics, exp.failures(metrics)
-    try:  # nan or inf weights, which only the student's training makes: NaN metrics miss every threshold
-        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
-    except Exception as e:
-        return None, [f"training left weights that are not finite (nan or inf); evaluating them raised "
-                      f"{type(e).__name__}"]
-    return metrics, exp.failures(metrics)
+    return trained, []
