@@ -761,3 +761,28 @@ def test_experiment(name):
     assert r.passed, r.failures
     if "steps" in r.history:
         assert r.history["steps"] <= exp.steps
+
+
+@pytest.mark.experiment
+def test_graded_runs_evaluate_a_kept_seq2seq_model_in_the_modes_without_training(monkeypatch):
+    """run_experiment of attention_modes (no training of its own: `reuses`) with seq2seq_attention's run of the
+    same cells kept: the kept model is evaluated as it is, and the sandbox is never asked to train."""
+    from types import SimpleNamespace
+
+    from autograder.course.config import load_course
+    from autograder.grading import shared_runs
+    from autograder.grading.cache import experiment_key
+    from autograder.grading.experiments import experiment_inputs, reference_parts, run_experiment
+    from autograder.notebooks.cells import Cell
+    monkeypatch.setenv("COURSE_NO_CACHE", "1")
+    course = load_course()
+    experiments = course.assignment(AID).experiments
+    h, ref = _harness(), reference_parts(AID)
+    code = SimpleNamespace(cells=[Cell("GRUEncoder", "x = 1\n", 0)])
+    sandbox = SimpleNamespace(threads=1, tripwire=None)  # no request(): training here would raise
+    model = h.build_seq2seq(ref, {}, 0, "cpu")
+    key = experiment_key(experiment_inputs(code, AID, experiments["seq2seq_attention"], 0, "cpu", 1, None))
+    shared_runs.keep(key, shared_runs.state_of(model), {"steps": 0})
+    outcome = run_experiment(course, AID, experiments["attention_modes"], code, sandbox, "cpu")
+    shared_runs.forget()
+    assert outcome.extra["metrics"] == h.evaluate_modes(model.eval(), ref, {}, 0, "cpu")
