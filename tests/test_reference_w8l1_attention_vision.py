@@ -653,10 +653,7 @@ def test_harness_registry_matches_course_and_ships_no_solution():
     course = load_course().assignment(AID)
     assert set(h.EXPERIMENTS) == set(course.experiments)
     for name, spec in h.EXPERIMENTS.items():
-        if "train" in spec:
-            assert set(spec) - {"reuses"} == {"parts", "data", "build", "train", "evaluate"}, name
-        else:  # seq2seq_attention's model, evaluated in other modes: its data and training are the reused run's
-            assert set(spec) == {"parts", "build", "evaluate", "reuses"}, name
+        assert set(spec) - {"reuses"} == {"parts", "data", "build", "train", "evaluate"}, name
         assert spec.get("reuses", name) in h.EXPERIMENTS, name
         assert set(spec["parts"]) <= set(course.items), name
     for module, source in harness_sources(AID).items():  # what the sandbox loads: the shared loop, red_square
@@ -763,26 +760,19 @@ def test_experiment(name):
         assert r.history["steps"] <= exp.steps
 
 
-@pytest.mark.experiment
-def test_graded_runs_evaluate_a_kept_seq2seq_model_in_the_modes_without_training(monkeypatch):
-    """run_experiment of attention_modes (no training of its own: `reuses`) with seq2seq_attention's run of the
-    same cells kept: the kept model is evaluated as it is, and the sandbox is never asked to train."""
-    from types import SimpleNamespace
-
-    from autograder.course.config import load_course
+def test_attention_modes_trains_seq2seq_attentions_model_on_from_where_it_stopped():
+    """Given seq2seq_attention's model and its steps (`reuses`), attention_modes trains it over the later batches of
+    the same pool up to its own budget, and not at all when that run took the whole budget."""
     from autograder.grading import shared_runs
-    from autograder.grading.cache import experiment_key
-    from autograder.grading.experiments import experiment_inputs, reference_parts, run_experiment
-    from autograder.notebooks.cells import Cell
-    monkeypatch.setenv("COURSE_NO_CACHE", "1")
-    course = load_course()
-    experiments = course.assignment(AID).experiments
+    from autograder.grading.experiments import reference_parts
     h, ref = _harness(), reference_parts(AID)
-    code = SimpleNamespace(cells=[Cell("GRUEncoder", "x = 1\n", 0)])
-    sandbox = SimpleNamespace(threads=1, tripwire=None)  # no request(): training here would raise
-    model = h.build_seq2seq(ref, {}, 0, "cpu")
-    key = experiment_key(experiment_inputs(code, AID, experiments["seq2seq_attention"], 0, "cpu", 1, None))
-    shared_runs.keep(key, shared_runs.state_of(model), {"steps": 0})
-    outcome = run_experiment(course, AID, experiments["attention_modes"], code, sandbox, "cpu")
-    shared_runs.forget()
-    assert outcome.extra["metrics"] == h.evaluate_modes(model.eval(), ref, {}, 0, "cpu")
+    cfg = {"steps": 3, "threshold": {}}
+    data = h.reverse_data(ref, cfg, 0, "cpu")
+    model = h.build_seq2seq(ref, cfg, 0, "cpu")
+    state = shared_runs.state_of(model)
+    for done, changed in ((3, False), (2, True)):
+        again = h.build_seq2seq(ref, cfg, 1, "cpu")
+        history = h.continue_seq2seq(again, ref, {**data, **shared_runs.as_data(state, {"steps": done})}, cfg, 0)
+        assert history["steps"] == 3 and history["continued_from"] == done
+        same = all(torch.equal(a, b) for a, b in zip(state, again.state_dict().values(), strict=True))
+        assert same is not changed

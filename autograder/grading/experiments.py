@@ -156,23 +156,21 @@ def run_reference(aid, name, device="cpu", seed=None):
 
 
 def _reference_training(aid, name, seed, device, ref):
-    """(model, history): one experiment trained with the reference parts, or built from the trained run it reuses
-    (grading/shared_runs.py); a run another experiment reuses is kept."""
+    """(model, history): one experiment trained with the reference parts; the run it reuses (grading/shared_runs.py)
+    is trained first when this process holds none, and a run another experiment reuses is kept."""
     course, experiments = load_course().assignment(aid), harness(aid).EXPERIMENTS
     exp, spec = course.experiments[name], experiments[name]
     reused = shared_runs.reused_name(spec)
-    held = shared_runs.kept(_reference_identity(aid, course.experiments[reused], seed, device)) if reused else None
-    if reused and not shared_runs.trains_itself(spec):
-        if held is None:
-            trained, history = _reference_training(aid, reused, seed, device, ref)
-            held = shared_runs.state_of(trained), history
-        model = spec["build"](ref, exp.cfg, seed, device)
-        assign_state(model, held[0])
-        return model, {**held[1], "reused": reused}
+    held = None
+    if reused:  # trained first when this process has not (kept unless its run may not be shared)
+        identity = _reference_identity(aid, course.experiments[reused], seed, device)
+        if shared_runs.kept(identity) is None:
+            _reference_training(aid, reused, seed, device, ref)
+        held = shared_runs.kept(identity)
     torch.manual_seed(seed)
     data = spec["data"](ref, exp.cfg, seed, device)
     if held is not None:
-        data.update(shared_runs.as_data(held[0]))
+        data.update(shared_runs.as_data(*held))
     model = spec["build"](ref, exp.cfg, seed, device)
     history = spec["train"](model, ref, data, exp.cfg, seed)
     if shared_runs.is_reused(experiments, name):
@@ -287,30 +285,25 @@ def killed_from_outside(failure):
 
 
 def _sharing(course, aid, exp, code, seed, device, sandbox, key):
-    """(keep_as, reused_key, reused_exp) for grading/shared_runs.py: the identity to keep this run's trained state
-    under (its experiment key, when another experiment reuses it), and the run it reuses, identified by that run's
-    own experiment key with the same cells (None, None when it reuses none)."""
+    """(keep_as, reused_key) for grading/shared_runs.py: the identity to keep this run's trained state under (its
+    experiment key, when another experiment reuses it), and that of the run it reuses: that run's own experiment
+    key with the same cells (None when it reuses none)."""
     experiments = harness(aid).EXPERIMENTS
     keep_as = key if shared_runs.is_reused(experiments, exp.name) else None
     reused = shared_runs.reused_name(experiments[exp.name])
     if reused is None:
-        return keep_as, None, None
+        return keep_as, None
     other = course.assignment(aid).experiments[reused]
     return keep_as, experiment_key(experiment_inputs(code, aid, other, seed, device, sandbox.threads,
-                                                     getattr(sandbox, "tripwire", None))), other
+                                                     getattr(sandbox, "tripwire", None)))
 
 
 def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None, sharing=None):
-    """Train in the sandbox (or take the kept run it reuses: grading/shared_runs.py), evaluate here."""
-    keep_as, reused_key, reused_exp = sharing or (None, None, None)
+    """Train in the sandbox (with the kept run it reuses, if any: grading/shared_runs.py), evaluate here."""
+    keep_as, reused_key = sharing or (None, None)
     held = shared_runs.kept(reused_key)
-    if reused_exp is not None and not shared_runs.trains_itself(spec):  # the reused run's model, evaluated here
-        keep_as = reused_key
-        run, failures = (held, []) if held is not None else _train(
-            aid, harness(aid).EXPERIMENTS[reused_exp.name], reused_exp, sandbox, ref, seed, device, limits, notes)
-    else:
-        held_data = shared_runs.as_data(held[0]) if held is not None else {}
-        run, failures = _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes, held_data)
+    run, failures = _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes,
+                           shared_runs.as_data(*held) if held is not None else {})
     if failures:
         return None, failures
     trained, history = run
@@ -323,8 +316,7 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
     except StateMismatch:
         return None, ["the trained model's parameters do not have the reference architecture's shapes "
                       f"({len(trained)} tensors, expected {expected})"]
-    if run is not held:
-        shared_runs.keep(keep_as, trained, history)
+    shared_runs.keep(keep_as, trained, history)
     model.eval()
     if _finite(trained):
         metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
