@@ -758,21 +758,3 @@ def test_experiment(name):
     assert r.passed, r.failures
     if "steps" in r.history:
         assert r.history["steps"] <= exp.steps
-
-
-def test_attention_modes_trains_seq2seq_attentions_model_on_from_where_it_stopped():
-    """Given seq2seq_attention's model and its steps (`reuses`), attention_modes trains it over the later batches of
-    the same pool up to its own budget, and not at all when that run took the whole budget."""
-    from autograder.grading import shared_runs
-    from autograder.grading.experiments import reference_parts
-    h, ref = _harness(), reference_parts(AID)
-    cfg = {"steps": 3, "threshold": {}}
-    data = h.reverse_data(ref, cfg, 0, "cpu")
-    model = h.build_seq2seq(ref, cfg, 0, "cpu")
-    state = shared_runs.state_of(model)
-    for done, changed in ((3, False), (2, True)):
-        again = h.build_seq2seq(ref, cfg, 1, "cpu")
-        history = h.continue_seq2seq(again, ref, {**data, **shared_runs.as_data(state, {"steps": done})}, cfg, 0)
-        assert history["steps"] == 3 and history["continued_from"] == done
-        same = all(torch.equal(a, b) for a, b in zip(state, again.state_dict().values(), strict=True))
-        assert same is not changed

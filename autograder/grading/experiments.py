@@ -170,7 +170,7 @@ def _reference_training(aid, name, seed, device, ref):
     torch.manual_seed(seed)
     data = spec["data"](ref, exp.cfg, seed, device)
     if held is not None:
-        data.update(shared_runs.as_data(*held))
+        data.update(shared_runs.as_data(held[0]))
     model = spec["build"](ref, exp.cfg, seed, device)
     history = spec["train"](model, ref, data, exp.cfg, seed)
     if shared_runs.is_reused(experiments, name):
@@ -303,7 +303,7 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
     keep_as, reused_key = sharing or (None, None)
     held = shared_runs.kept(reused_key)
     run, failures = _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes,
-                           shared_runs.as_data(*held) if held is not None else {})
+                           shared_runs.as_data(held[0]) if held is not None else {})
     if failures:
         return None, failures
     trained, history = run

@@ -1,11 +1,11 @@
 """Training shared between experiments: what one run trained is not trained again by another.
 
 An experiment whose harness entry names `reuses="X"` starts from experiment X's trained model at the same seed:
-X's trained state reaches its training as the data tensors `reused.0`, `reused.1`, ... (and X's steps as
-`reused_steps`) when this process holds it, and the harness's training skips what it would have trained again
-(w8l1: dae_mnist's plain AE is ae_mnist's recipe bit for bit; attention_modes trains seq2seq_attention's model on
-from its early stop). Without it, the training does everything itself. The reference's runs (run_reference) train
-X first when this process has not; graded runs keep what they trained (ae_mnist before dae_mnist in a grading).
+X's trained state reaches its training as the data tensors `reused.0`, `reused.1`, ... when this process holds it,
+and the harness's training skips what it would have trained again (w8l1: dae_mnist's plain AE is ae_mnist's
+recipe bit for bit). Without it, the training does everything itself, with the same result. The reference's runs
+(run_reference) train X first when this process has not; graded runs keep what they trained (ae_mnist before
+dae_mnist in a grading).
 
 A state is kept in this process's memory only (never in the results cache on disk), under the identity of X's run:
 for a graded run its experiment key (the student's cells as they ran, the grader's code, seed, device, threads,
@@ -13,8 +13,6 @@ for a graded run its experiment key (the student's cells as they ran, the grader
 for the reference's in-process runs the same inputs with the solution in place of the cells.
 """
 from collections import OrderedDict
-
-import torch
 
 KEPT = 16              # states held at most (a w8l1 grading holds two per seed, a few MB)
 PREFIX = "reused."     # the data tensors that carry a kept state into a training
@@ -57,11 +55,9 @@ def kept(identity):
     return found
 
 
-def as_data(state, history=None):
-    """The state as data tensors for a training request, with the steps its run took (reused_steps); w8l1's
-    reused_state reads them back."""
-    return {**{f"{PREFIX}{i}": t for i, t in enumerate(state)},
-            "reused_steps": torch.tensor(int((history or {}).get("steps", 0)))}
+def as_data(state):
+    """The state as data tensors for a training request (w8l1's reused_state reads them back)."""
+    return {f"{PREFIX}{i}": t for i, t in enumerate(state)}
 
 
 def state_of(model):

@@ -93,8 +93,7 @@ def _global_rng():
 
 def reused_state(data):
     """The trained state of the run this experiment reuses (EXPERIMENTS' `reuses`), as the grader passes it in
-    the data tensors reused.0, reused.1, ... (its steps in reused_steps; grading/shared_runs.py), or None when it
-    did not."""
+    the data tensors reused.0, reused.1, ... (grading/shared_runs.py), or None when it did not."""
     state = []
     while f"reused.{len(state)}" in data:
         state.append(data[f"reused.{len(state)}"])
@@ -319,8 +318,8 @@ def build_seq2seq_plain(parts, cfg, seed, device):
     return seeded(lambda: Seq2Seq(parts, attention=False), seed, device)
 
 
-def _seq2seq_loss(model, data):
-    """batch_loss(step): teacher-forced cross-entropy over real tokens on step's batch of the data's pool."""
+def train_seq2seq(model, parts, data, cfg, seed):
+    """Adam 3e-3, batch 64, teacher forcing, cross-entropy over real tokens; validate every 100 steps."""
     x_all, y_all, lens_all = data["x"], data["y"], data["lens"]
 
     def batch_loss(step):
@@ -331,31 +330,12 @@ def _seq2seq_loss(model, data):
         y_in = torch.cat([sos, y[:, :-1]], dim=1)                           # (B, T): SOS, y_1 .. y_{T-1}
         logits = model(x, lens, y_in)                                       # (B, T, N_TOK)
         return F.cross_entropy(logits.reshape(-1, N_TOK), y.reshape(-1), ignore_index=PAD)
-    return batch_loss
 
-
-def train_seq2seq(model, parts, data, cfg, seed):
-    """Adam 3e-3, batch 64, teacher forcing, cross-entropy over real tokens; validate every 100 steps."""
     def validate():
         return {"exact_match": _exact(model, data["x_val"], data["y_val"], data["lens_val"]).float().mean().item()}
 
     marks = pass_marks(cfg, {"exact_match": MARGIN})
-    return train_until(model, _seq2seq_loss(model, data), cfg["steps"], LR_SEQ, validate, marks, every=EVAL_EVERY,
-                       loss_every=10)
-
-
-def continue_seq2seq(model, parts, data, cfg, seed):
-    """seq2seq_attention's model as its run stopped early (passed by the grader: `reuses`), trained on to
-    cfg['steps'] over the rest of the same pool of batches (a fresh Adam): the modes need a model trained past the
-    early stop (course.yaml says why). With no model passed, all cfg['steps'] from scratch."""
-    state = reused_state(data)
-    if state is None:
-        return train_seq2seq(model, parts, data, cfg, seed)
-    load_state(model, state)
-    done = int(data["reused_steps"])
-    batch_loss = _seq2seq_loss(model, data)
-    history = train_until(model, lambda step: batch_loss(done + step), cfg["steps"] - done, LR_SEQ, loss_every=10)
-    return {**history, "steps": done + history["steps"], "continued_from": done}
+    return train_until(model, batch_loss, cfg["steps"], LR_SEQ, validate, marks, every=EVAL_EVERY, loss_every=10)
 
 
 def _test_set(L, seed, device):
@@ -445,9 +425,8 @@ EXPERIMENTS = {
         parts=["unroll_annotations"],
         data=shapes_data, build=build_pooled, train=train_spatial, evaluate=evaluate_spatial,
     ),
-    "attention_modes": dict(  # seq2seq_attention's model, trained on from its early stop (grading/shared_runs.py)
+    "attention_modes": dict(  # its own 1,500 steps: seq2seq_attention's early-stopped model is not enough (course.yaml)
         parts=["GRUEncoder", "score_dot", "attention_context"],
-        data=reverse_data, build=build_seq2seq, train=continue_seq2seq, evaluate=evaluate_modes,
-        reuses="seq2seq_attention",
+        data=reverse_data, build=build_seq2seq, train=train_seq2seq, evaluate=evaluate_modes,
     ),
 }
