@@ -138,3 +138,20 @@ def test_the_sandbox_is_sent_the_harness_it_imports():
     assert list(harness_sources(AID)) == ["training", "w8l1_red_square", AID]
     assert list(harness_sources("lab14_transformers")) == ["training", "lab14_transformers"]
     assert harness_sources(AID)[AID] == (ROOT / "autograder" / "harness" / f"{AID}.py").read_text()
+
+
+def test_a_reused_run_is_found_by_its_own_key_and_never_with_a_reference_standing_in():
+    """dae_mnist looks for ae_mnist's trained AE under ae_mnist's key with the same cells (grading/shared_runs.py):
+    a regrade with the reference AutoEncoder bound after the student's cells has another key, so it trains its
+    own plain AE instead of reusing the student's."""
+    from autograder.grading.dependencies import standin_cell
+    from autograder.grading.experiments import _sharing
+    dae = COURSE.assignment(AID).experiments["dae_mnist"]
+    sandbox = SimpleNamespace(threads=1, tripwire=None)
+    own = code()
+    ae_key = experiment_key(experiment_inputs(own, AID, EXP, 0, "cpu", 1))
+    assert _sharing(COURSE, AID, EXP, own, 0, "cpu", sandbox, ae_key) == (ae_key, None)  # kept under its key
+    assert _sharing(COURSE, AID, dae, own, 0, "cpu", sandbox, "dae's key") == (None, ae_key)
+    swapped = SimpleNamespace(cells=[*own.cells, standin_cell(AID, {"AutoEncoder"}, len(own.cells))])
+    assert _sharing(COURSE, AID, dae, swapped, 0, "cpu", sandbox, "key")[1] != ae_key
+    assert _sharing(COURSE, AID, dae, own, 1, "cpu", sandbox, "key")[1] != ae_key  # nor another seed's

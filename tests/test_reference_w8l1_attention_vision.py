@@ -653,7 +653,8 @@ def test_harness_registry_matches_course_and_ships_no_solution():
     course = load_course().assignment(AID)
     assert set(h.EXPERIMENTS) == set(course.experiments)
     for name, spec in h.EXPERIMENTS.items():
-        assert set(spec) == {"parts", "data", "build", "train", "evaluate"}, name
+        assert set(spec) - {"reuses"} == {"parts", "data", "build", "train", "evaluate"}, name
+        assert spec.get("reuses", name) in h.EXPERIMENTS, name
         assert set(spec["parts"]) <= set(course.items), name
     for module, source in harness_sources(AID).items():  # what the sandbox loads: the shared loop, red_square
         tree = ast.parse(source)
@@ -662,6 +663,51 @@ def test_harness_registry_matches_course_and_ships_no_solution():
         assert top <= {"math", "time", "numpy", "torch", "torch.nn", "torch.nn.functional"}, (module, top)
         defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         assert not defined & set(course.items), (module, defined & set(course.items))
+
+
+def test_dae_mnist_given_ae_mnists_trained_state_is_bit_for_bit_its_own_training():
+    """dae_mnist's plain AE is ae_mnist's recipe (grading/shared_runs.py): loading ae_mnist's trained state instead
+    of training it leaves both of dae_mnist's models bit for bit as they were (a short budget here)."""
+    from autograder.grading import shared_runs
+    from autograder.grading.experiments import reference_parts
+    h, ref = _harness(), reference_parts(AID)
+    cfg, seed = {"steps": 12}, 1
+    data = {"X_train": h.mnist_data(ref, cfg, seed, "cpu")["X_train"][:512]}
+    torch.manual_seed(seed)
+    ae = h.build_ae(ref, cfg, seed, "cpu")
+    history = h.train_ae(ae, ref, data, cfg, seed)
+    assert history["global_rng_used"] is False and shared_runs.shareable(history)
+    runs = []
+    for given in ({}, shared_runs.as_data(shared_runs.state_of(ae))):
+        torch.manual_seed(seed)
+        pair = h.build_ae_pair(ref, cfg, seed, "cpu")
+        h.train_ae_pair(pair, ref, {**data, **given}, cfg, seed)
+        runs.append(pair.state_dict())
+    assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
+    assert all(torch.equal(runs[1][f"ae.{k}"], v) for k, v in ae.state_dict().items())
+
+
+def test_an_ae_that_draws_from_the_global_generator_is_never_shared():
+    """Dropout in a student's AutoEncoder draws other numbers in dae_mnist's run (built after two models), so its
+    ae_mnist run is not kept for dae_mnist."""
+    from autograder.grading import shared_runs
+    from autograder.grading.experiments import reference_parts
+    h, ref = _harness(), reference_parts(AID)
+
+    class Dropping(torch.nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.net = ref.AutoEncoder(k)
+
+        def forward(self, x):
+            return self.net(torch.nn.functional.dropout(x, 0.1, self.training))
+    parts = type("Parts", (), {"AutoEncoder": Dropping})
+    cfg = {"steps": 3}
+    ae = h.build_ae(parts, cfg, 0, "cpu")
+    history = h.train_ae(ae, parts, {"X_train": h.mnist_data(ref, cfg, 0, "cpu")["X_train"][:256]}, cfg, 0)
+    assert history["global_rng_used"] is True and not shared_runs.shareable(history)
+    shared_runs.keep("an identity", shared_runs.state_of(ae), history)
+    assert shared_runs.kept("an identity") is None
 
 
 def test_make_reverse_batch():

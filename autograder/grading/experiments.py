@@ -35,6 +35,7 @@ import torch
 
 from autograder.course.config import load_course
 from autograder.errors import UNUSABLE, GraderError
+from autograder.grading import shared_runs
 from autograder.grading.cache import (
     PACKAGE,
     cache_read,
@@ -58,8 +59,10 @@ def harness(aid):
 
 # What an experiment's training run depends on, besides its harness (harness_sources): the sandbox (the grader's
 # side and the student's), the course's data and configuration code, the fault kinds and the code here that drives
-# it. Not the reports, batches, integrations or the rest of grading: editing them keeps every cached run.
-EXPERIMENT_CODE = ("errors.py", "course", "sandbox", "grading/experiments.py", "grading/harness_files.py")
+# it (the shared runs' memo among it). Not the reports, batches, integrations or the rest of grading: editing them
+# keeps every cached run.
+EXPERIMENT_CODE = ("errors.py", "course", "sandbox", "grading/experiments.py", "grading/harness_files.py",
+                   "grading/shared_runs.py")
 # What a saved result depends on, besides the assignment's suite and harness: all of grading and what it runs on.
 GRADING_CODE = ("errors.py", "course", "sandbox", "notebooks", "grading")
 
@@ -124,10 +127,7 @@ def run_reference(aid, name, device="cpu", seed=None):
     result = ExperimentResult(aid, name)
     for s in ([seed] if seed is not None else exp.seeds):
         t0 = time.perf_counter()
-        torch.manual_seed(s)
-        data = spec["data"](ref, exp.cfg, s, device)
-        model = spec["build"](ref, exp.cfg, s, device)
-        history = spec["train"](model, ref, data, exp.cfg, s)
+        model, history = _reference_training(aid, name, s, device, ref)
         model.eval()
         metrics = spec["evaluate"](model, ref, exp.cfg, s, device)
         result = ExperimentResult(aid, name, metrics, exp.failures(metrics),
@@ -135,6 +135,36 @@ def run_reference(aid, name, device="cpu", seed=None):
         if result.passed:
             break
     return result
+
+
+def _reference_training(aid, name, seed, device, ref):
+    """(model, history): one experiment trained with the reference parts; the run it reuses (grading/shared_runs.py)
+    is trained first when this process holds none, and a run another experiment reuses is kept."""
+    course, experiments = load_course().assignment(aid), harness(aid).EXPERIMENTS
+    exp, spec = course.experiments[name], experiments[name]
+    reused = shared_runs.reused_name(spec)
+    held = None
+    if reused:  # trained first when this process has not (kept unless its run may not be shared)
+        identity = _reference_identity(aid, course.experiments[reused], seed, device)
+        if shared_runs.kept(identity) is None:
+            _reference_training(aid, reused, seed, device, ref)
+        held = shared_runs.kept(identity)
+    torch.manual_seed(seed)
+    data = spec["data"](ref, exp.cfg, seed, device)
+    if held is not None:
+        data.update(shared_runs.as_data(held[0]))
+    model = spec["build"](ref, exp.cfg, seed, device)
+    history = spec["train"](model, ref, data, exp.cfg, seed)
+    if shared_runs.is_reused(experiments, name):
+        shared_runs.keep(_reference_identity(aid, exp, seed, device), shared_runs.state_of(model), history)
+    return model, history
+
+
+def _reference_identity(aid, exp, seed, device):
+    """What a reference run's trained state depends on (experiment_inputs, with the solution for the cells)."""
+    return experiment_key({"reference": solution_fingerprint(aid), "code": experiment_code(aid), "cfg": exp.cfg,
+                           "name": exp.name, "seed": seed, "device": device, "threads": torch.get_num_threads(),
+                           "data": data_source_of(aid)})
 
 
 # --- the reference's validation curve, which a student's run is judged hopeless against --------------------
@@ -239,7 +269,8 @@ def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
                 failures = with_stop(exp.failures(metrics), run)
         else:
             run = {}
-            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes, run)
+            metrics, failures = _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes,
+                                                    _sharing(course, aid, exp, code, seed, device, sandbox, key), run)
             if metrics is not None or failures and "time limit" not in failures[0]:
                 warning = cache_write(key, [metrics, failures, run])
                 if warning and notes is not None and warning not in notes:
@@ -296,10 +327,58 @@ def killed_from_outside(failure):
     return failure.kind == "crash" and "killed by signal SIGKILL" in str(failure)
 
 
-def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None, run=None):
-    """Train in the sandbox, evaluate here: (metrics, failures); `run` (a dict) gets the steps the training took
-    and why it stopped as hopeless ('' when it did not)."""
+def _sharing(course, aid, exp, code, seed, device, sandbox, key):
+    """(keep_as, reused_key) for grading/shared_runs.py: the identity to keep this run's trained state under (its
+    experiment key, when another experiment reuses it), and that of the run it reuses: that run's own experiment
+    key with the same cells (None when it reuses none)."""
+    experiments = harness(aid).EXPERIMENTS
+    keep_as = key if shared_runs.is_reused(experiments, exp.name) else None
+    reused = shared_runs.reused_name(experiments[exp.name])
+    if reused is None:
+        return keep_as, None
+    other = course.assignment(aid).experiments[reused]
+    return keep_as, experiment_key(experiment_inputs(code, aid, other, seed, device, sandbox.threads,
+                                                     getattr(sandbox, "tripwire", None)))
+
+
+def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, notes=None, sharing=None, run=None):
+    """Train in the sandbox (with the kept run it reuses, if any: grading/shared_runs.py), evaluate here:
+    (metrics, failures); `run` (a dict) gets the steps the training took and why it stopped as hopeless ('' when
+    it did not)."""
     run = {} if run is None else run
+    keep_as, reused_key = sharing or (None, None)
+    held = shared_runs.kept(reused_key)
+    result, failures = _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes,
+                              shared_runs.as_data(held[0]) if held is not None else {})
+    if failures:
+        return None, failures
+    trained, history = result
+    run.update(steps=history.get("steps"), hopeless=str(history.get("hopeless") or ""))
+    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
+    expected = len(model.state_dict())
+    if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
+        trained = []  # nothing that could be a model's state came back
+    try:
+        assign_state(model, trained)
+    except StateMismatch:
+        return None, ["the trained model's parameters do not have the reference architecture's shapes "
+                      f"({len(trained)} tensors, expected {expected})"]
+    shared_runs.keep(keep_as, trained, history)
+    model.eval()
+    if _finite(trained):
+        metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
+        return metrics, with_stop(exp.failures(metrics), run)
+    try:  # nan or inf weights, which only the student's training makes: NaN metrics miss every threshold
+        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
+    except Exception as e:
+        return None, with_stop([f"training left weights that are not finite (nan or inf); evaluating them raised "
+                                f"{type(e).__name__}"], run)
+    return metrics, with_stop(exp.failures(metrics), run)
+
+
+def _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes, extra=None):
+    """((state tensors, history), []) from the harness's training in the sandbox, or (None, failures); `extra`:
+    data tensors added to the experiment's own (a kept state it reuses)."""
     try:
         sandbox.ensure()
     except SandboxFailure as e:
@@ -310,14 +389,13 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
         return None, [f"the notebook's code could not be reloaded for training: {e}"]
     cfg = {**exp.cfg, "reference": reference_curve(aid, exp, seed, device)}
     torch.manual_seed(seed)
-    data = _grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device)
+    data = {**_grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device), **(extra or {})}
     for attempt in (1, 2):
         try:
             answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
                                      name=exp.name, cfg=cfg, seed=seed, device=device)
-            trained = sandbox.value(answer)
             history = answer.get("history") if isinstance(answer.get("history"), dict) else {}
-            run.update(steps=history.get("steps"), hopeless=str(history.get("hopeless") or ""))
+            trained = sandbox.value(answer), history
             break
         except StudentRaised as e:
             if not students_training_error(str(e)):
@@ -342,22 +420,4 @@ def _train_and_evaluate(aid, spec, exp, sandbox, ref, seed, device, limits, note
                 if getattr(e, "kind", "") == "sandbox":
                     raise GraderError(f"experiment {exp.name}: the sandbox could not be restarted: {e}") from e
                 return None, [f"the notebook's code could not be reloaded for training: {e}"]
-    model = _grader_step(exp, "build", spec["build"], ref, exp.cfg, seed, device)
-    expected = len(model.state_dict())
-    if not isinstance(trained, list) or not all(isinstance(t, torch.Tensor) for t in trained):
-        trained = []  # nothing that could be a model's state came back
-    try:
-        assign_state(model, trained)
-    except StateMismatch:
-        return None, ["the trained model's parameters do not have the reference architecture's shapes "
-                      f"({len(trained)} tensors, expected {expected})"]
-    model.eval()
-    if _finite(trained):
-        metrics = _grader_step(exp, "evaluate", spec["evaluate"], model, ref, exp.cfg, seed, device)
-        return metrics, with_stop(exp.failures(metrics), run)
-    try:  # nan or inf weights, which only the student's training makes: NaN metrics miss every threshold
-        metrics = spec["evaluate"](model, ref, exp.cfg, seed, device)
-    except Exception as e:
-        return None, with_stop([f"training left weights that are not finite (nan or inf); evaluating them raised "
-                                f"{type(e).__name__}"], run)
-    return metrics, with_stop(exp.failures(metrics), run)
+    return trained, []

@@ -26,7 +26,7 @@ SIGMA = 0.5                     # DAE training and test noise
 
 # --- linear AE vs PCA (Section 4) ---
 K_LIN = 16
-LR_LIN = 1e-2                   # full-batch Adam, as in the lecture
+LR_LIN = 2e-2                   # full-batch Adam (the lecture: 1e-2 for 1,200 steps; course.yaml says why)
 
 # --- seq2seq reverse task (Sections 5-7, 10) ---
 N_DIGITS = 10
@@ -83,16 +83,52 @@ def _fit_ae(net, X, steps, seed, corrupt=None):
     return train_until(net, batch_loss, steps, LR_AE, loss_every=10)
 
 
+def _global_rng():
+    """torch's global generators' states (CPU, and CUDA's once initialised)."""
+    states = [torch.random.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states += torch.cuda.get_rng_state_all()
+    return states
+
+
+def reused_state(data):
+    """The trained state of the run this experiment reuses (EXPERIMENTS' `reuses`), as the grader passes it in
+    the data tensors reused.0, reused.1, ... (grading/shared_runs.py), or None when it did not."""
+    state = []
+    while f"reused.{len(state)}" in data:
+        state.append(data[f"reused.{len(state)}"])
+    return state or None
+
+
+def load_state(module, state):
+    """Copy a list of tensors (state_dict order) into `module`."""
+    module.load_state_dict(dict(zip(module.state_dict(), state, strict=True)))
+
+
 def train_ae(model, parts, data, cfg, seed):
-    """Plain AE for cfg['steps'] steps (4 epochs in the lecture)."""
-    return _fit_ae(model, data["X_train"], cfg["steps"], seed)
+    """Plain AE for cfg['steps'] steps (4 epochs in the lecture). global_rng_used: whether the student's AE drew
+    from torch's global generators (dropout): such a run is never shared with dae_mnist, whose plain AE starts
+    from another global state."""
+    before = _global_rng()
+    history = _fit_ae(model, data["X_train"], cfg["steps"], seed)
+    after = _global_rng()
+    history["global_rng_used"] = len(after) != len(before) or not all(map(torch.equal, before, after))
+    return history
 
 
 def train_ae_pair(model, parts, data, cfg, seed):
-    """The plain AE on clean inputs, the DAE on inputs corrupted by parts.corrupt at sigma 0.5."""
+    """The plain AE on clean inputs, the DAE on inputs corrupted by parts.corrupt at sigma 0.5.
+
+    The plain AE is ae_mnist's recipe bit for bit (built first under the same seed, same data and steps, no early
+    stop): when the grader passes ae_mnist's trained state (`reuses`), it is loaded instead of trained again."""
     def noisy(x, gen):
         return parts.corrupt(x, SIGMA, generator=gen)
-    ae = _fit_ae(model["ae"], data["X_train"], cfg["steps"], seed)
+    state = reused_state(data)
+    if state is not None:
+        load_state(model["ae"], state)
+        ae = {"reused": "ae_mnist", "steps": cfg["steps"]}
+    else:
+        ae = _fit_ae(model["ae"], data["X_train"], cfg["steps"], seed)
     dae = _fit_ae(model["dae"], data["X_train"], cfg["steps"], seed, corrupt=noisy)
     return {"steps": max(ae["steps"], dae["steps"]), "ae": ae, "dae": dae}  # each its own run of the budget
 
@@ -147,11 +183,24 @@ def train_linear(model, parts, data, cfg, seed):
     return {"steps": cfg["steps"], "lr": LR_LIN, "seconds": time.perf_counter() - t0}
 
 
+_pca_kept = []  # [(pca, X, k, (V_k, err))]: the grader's data is the same for every submission
+
+
+def _reference_pca(ref, X, k):
+    """ref.pca(X, k), computed once per process for the same function, data and k (seconds each time)."""
+    for pca, X_kept, k_kept, (V_k, err) in _pca_kept:
+        if pca is ref.pca and k_kept == k and X_kept.shape == X.shape and torch.equal(X_kept, X):
+            return V_k.clone(), err.clone()
+    V_k, err = ref.pca(X, k)
+    _pca_kept[:] = [(ref.pca, X, k, (V_k.clone(), err.clone()))]
+    return V_k, err
+
+
 @torch.no_grad()
 def evaluate_linear(model, ref, cfg, seed, device):
     """Against PCA of the same data, in float64: error gap, ||P_AE - P_PCA||_F, smallest principal cosine."""
     X = _centred_train("cpu").double()                           # (m, 784)
-    V_k, err_pca = ref.pca(X, K_LIN)                             # (784, k), scalar
+    V_k, err_pca = _reference_pca(ref, X, K_LIN)                 # (784, k), scalar
     We = model.We.weight.detach().cpu().double()                 # (k, 784)
     Wd = model.Wd.weight.detach().cpu().double()                 # (784, k): columns span the learned subspace
     err_ae = ((X - X @ We.T @ Wd.T) ** 2).sum(1).mean()
@@ -354,6 +403,7 @@ EXPERIMENTS = {
     "dae_mnist": dict(
         parts=["AutoEncoder", "corrupt"],
         data=mnist_data, build=build_ae_pair, train=train_ae_pair, evaluate=evaluate_ae_pair,
+        reuses="ae_mnist",  # its plain AE is ae_mnist's model: trained once (grading/shared_runs.py)
     ),
     "linear_ae_pca": dict(
         parts=["LinearAE", "train_linear_ae"],
@@ -375,7 +425,7 @@ EXPERIMENTS = {
         parts=["unroll_annotations"],
         data=shapes_data, build=build_pooled, train=train_spatial, evaluate=evaluate_spatial,
     ),
-    "attention_modes": dict(
+    "attention_modes": dict(  # its own 1,500 steps: seq2seq_attention's early-stopped model is not enough (course.yaml)
         parts=["GRUEncoder", "score_dot", "attention_context"],
         data=reverse_data, build=build_seq2seq, train=train_seq2seq, evaluate=evaluate_modes,
     ),

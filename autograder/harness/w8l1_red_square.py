@@ -64,6 +64,16 @@ def make_shapes(n, seed):
     return torch.from_numpy(imgs), torch.from_numpy(queries), torch.from_numpy(answers)
 
 
+_shapes_kept = {}  # (n, seed) -> make_shapes(n, seed): the grader's data, the same for every submission
+
+
+def kept_shapes(n, seed):
+    """make_shapes(n, seed), drawn once per process (seconds each time); every call gets its own copies."""
+    if (n, seed) not in _shapes_kept:
+        _shapes_kept[(n, seed)] = make_shapes(n, seed)
+    return tuple(t.clone() for t in _shapes_kept[(n, seed)])
+
+
 class SpatialModel(nn.Module):
     """CNN -> 8 x 8 grid of annotation vectors (+ x, y channels); the question s attends over the grid
     with general attention; a head reads the cell from [ctx; s]. attention=False averages the grid instead."""
@@ -104,8 +114,8 @@ class SpatialModel(nn.Module):
 def shapes_data(ref, cfg, seed, device):
     """2,000 training images and 300 validation images, three questions each."""
     train_seed, val_seed, _ = data_seeds(seed)
-    imgs, q, a = make_shapes(N_SHAPES_TRAIN, train_seed)
-    imgs_val, q_val, a_val = make_shapes(N_SHAPES_VAL, val_seed)
+    imgs, q, a = kept_shapes(N_SHAPES_TRAIN, train_seed)
+    imgs_val, q_val, a_val = kept_shapes(N_SHAPES_VAL, val_seed)
     return on_device(device, imgs=imgs, q=q, a=a, imgs_val=imgs_val, q_val=q_val, a_val=a_val)
 
 
@@ -147,5 +157,5 @@ def train_spatial(model, parts, data, cfg, seed):
 
 def evaluate_spatial(model, ref, cfg, seed, device):
     """Held-out accuracy on 300 fresh images x 3 questions (chance is 1/16)."""
-    imgs, q, a = make_shapes(N_SHAPES_TEST, data_seeds(seed)[2])
+    imgs, q, a = kept_shapes(N_SHAPES_TEST, data_seeds(seed)[2])
     return {"accuracy": spatial_accuracy(model, imgs.to(device), q.to(device), a.to(device))}
