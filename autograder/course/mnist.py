@@ -103,7 +103,7 @@ def data_source(folder: str | Path | None = None, download: bool | None = None) 
     return ("test split" if "test" in have else "missing"), folder
 
 
-Loaded = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+Loaded = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor", "torch.Tensor"]  # X_train, y_train, X_test, y_test
 _loaded: dict[tuple, Loaded] = {}  # read once per process (a w8l1 grading reads it about 7 times)
 
 
