@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -58,9 +59,12 @@ def write(folder, name, aid, sources=None):
     return path
 
 
+RUN = uuid.uuid4().hex[:8]  # this run's submissions are programs no earlier run graded (its results are cached)
+
+
 def solved(aid, tag, items=None):
     """The reference's cells (of `items`), each with a statement of its own: a program no other submission is."""
-    return {item: f"{source}\n_submission = {tag!r}\n" for item, source in solved_sources(aid, items).items()}
+    return {item: f"{source}\n_submission = {RUN + tag!r}\n" for item, source in solved_sources(aid, items).items()}
 
 
 def frozen_sources():
