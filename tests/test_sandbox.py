@@ -332,11 +332,13 @@ def test_two_sandboxes_never_share_a_uid(monkeypatch):
 
 
 def test_parallel_sandboxes_get_their_share_of_the_cores():
-    """With several submissions graded at once each sandbox runs torch on its share of the cores."""
+    """With several submissions graded at once each sandbox runs torch on its share of the cores, at most
+    course.yaml's `threads`."""
+    from autograder.course.config import load_course
     from autograder.sandbox.grader_side import threads_per_worker
-    cores = len(os.sched_getaffinity(0))
-    assert threads_per_worker(1) == cores, "one worker gets every core, explicitly"
-    assert threads_per_worker(2) == max(1, cores // 2)
+    cores, most = len(os.sched_getaffinity(0)), load_course().threads
+    assert threads_per_worker(1) == min(most, cores), "one worker gets its share explicitly"
+    assert threads_per_worker(2) == max(1, min(most, cores // 2))
     assert threads_per_worker(4 * cores) == 1
     with sandbox_of(("setup_t", "import os, torch\ndef threads():\n"
                                 "    return torch.get_num_threads(), int(os.environ['OMP_NUM_THREADS'])\n"),

@@ -149,8 +149,8 @@ def local_cluster(workers):
 
     from distributed import LocalCluster
 
-    from autograder.sandbox.grader_side import cpu_cores
-    threads = max(1, cpu_cores() // max(1, workers))
+    from autograder.sandbox.grader_side import threads_per_worker
+    threads = threads_per_worker(workers)
     os.environ.update(worker_env(threads))  # the nanny passes this process's environment to its workers
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                         dashboard_address="127.0.0.1:0", scheduler_port=0)

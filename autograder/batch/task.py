@@ -22,7 +22,7 @@ from pathlib import Path
 from distributed import WorkerPlugin
 
 STARTED = "course-grading-started"  # the Dask event topic a task logs as it starts grading (see scheduler.py)
-THREADS_ENV = "COURSE_WORKER_THREADS"  # the CPU threads of each grading on this worker (default: all its cores)
+THREADS_ENV = "COURSE_WORKER_THREADS"  # the CPU threads of each grading on this worker (default: worker_threads)
 GPU_LOCKS = Path(tempfile.gettempdir())
 _one_at_a_time = threading.Lock()  # pytest is not thread-safe: a worker started with --nthreads 2 still grades one
 _gpu_claim = None
@@ -33,12 +33,13 @@ class GraderMismatch(RuntimeError):
 
 
 def worker_threads():
-    """This worker's CPU threads per grading: $COURSE_WORKER_THREADS, else every core it may run on."""
-    from autograder.sandbox.zygote import cpu_cores
+    """This worker's CPU threads per grading: $COURSE_WORKER_THREADS, else course.yaml's `threads` (at most its
+    cores): start one worker per core to use them all."""
+    from autograder.sandbox.zygote import threads_per_worker
     value = os.environ.get(THREADS_ENV, "")
     if value and not (value.isdigit() and int(value) > 0):
         raise ValueError(f"{THREADS_ENV}={value!r}: expected a positive number of CPU threads")
-    return int(value) if value else cpu_cores()
+    return int(value) if value else threads_per_worker(1)
 
 
 def claim_gpu():

@@ -237,6 +237,7 @@ class Course(Strict):
     course: str
     data: Data
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int = Field(1, ge=1)  # CPU threads per sandbox at most (sandbox/zygote.py threads_per_worker)
     seed: int
     dependencies: Dependencies = "independent"  # an assignment or an experiment may say otherwise
     limits: Limits = Limits()

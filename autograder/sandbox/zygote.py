@@ -46,13 +46,17 @@ def import_path():
 
 
 def threads_per_worker(workers):
-    """CPU threads for each of `workers` sandboxes running at once: the cores split evenly, at least one each.
+    """CPU threads for each of `workers` sandboxes running at once: the cores split evenly, at least one each and
+    at most course.yaml's `threads`.
 
     Two processes that each run torch's default of one thread per core on the same cores do not share them:
     OpenMP's spinning threads fight, and a 20 s training took over ten minutes here. So the cores are split, and
-    one worker gets them all explicitly (never torch's default, which OMP_NUM_THREADS in the TA's shell moves).
+    one worker gets its share explicitly (never torch's default, which OMP_NUM_THREADS in the TA's shell moves).
+    The lectures' models are small: two threads that wait passively trained w8l4's transformer 2.3x slower than
+    one thread, and two that spin were 8x slower beside a busy process (course.yaml's `threads` says more).
     """
-    return max(1, cpu_cores() // max(1, workers))
+    from autograder.course.config import load_course
+    return max(1, min(load_course().threads, cpu_cores() // max(1, workers)))
 
 
 def cpu_cores():
