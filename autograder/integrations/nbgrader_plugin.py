@@ -19,6 +19,7 @@ whole assignment, the grader) is this grading's, and grades any other itself. Th
 alone, as in a serial run. On a cluster the same three steps run by hand (docs/CLUSTER.md).
 """
 import filecmp
+import logging
 import shutil
 import tempfile
 from contextlib import contextmanager, suppress
@@ -74,13 +75,18 @@ class CourseAutograde(Autograde):
 
     @contextmanager
     def _walk(self, stage, folder):
+        """One walk; the collecting one says nothing (its repairs and the students it cannot take are said once,
+        by the walk that scores, as in a one-by-one run)."""
         self._stage, self._pregraded_dir = stage, folder
+        level = self.log.level
         if stage == "collect":
             self._collected = set()
+            self.log.setLevel(logging.CRITICAL + 1)
         try:
             yield
         finally:
             self._stage, self._pregraded_dir = None, None
+            self.log.setLevel(level)
 
     def pregrade(self, pending, graded, workers):
         """Grade every collected notebook at once, `course grade`'s way, into `graded`/<assignment>."""
