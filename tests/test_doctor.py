@@ -12,7 +12,7 @@ import pytest
 from autograder.course.config import load_course
 from autograder.sandbox.grader_side import can_isolate
 from tests.first_run import course, course_as_user, ensure_user, fresh_clone, remove_user, shorten, user_home
-from tests.test_isolation_levels import NO_LANDLOCK
+from tests.test_isolation_levels import CLI_WITHOUT
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
 AIDS = list(load_course().assignments)
@@ -91,9 +91,10 @@ def test_a_machine_that_isolates_nothing_is_one_fix_line(clone, user, tmp):
     makes it): level `process`, which grading refuses; the fix names what would give a level."""
     home = user_home(tmp, user)
     script = tmp / "no_landlock.py"
-    script.write_text(NO_LANDLOCK)
+    script.write_text(CLI_WITHOUT)
     script.chmod(0o644)
-    program = (sys.executable, str(script), str(clone / "autograder" / "sandbox" / "child" / "__main__.py"))
+    child_main = clone / "autograder" / "sandbox" / "child" / "__main__.py"
+    program = (sys.executable, str(script), str(child_main), "no-landlock")
     run = course_as_user(clone, home, "doctor", "--quick", "--device", "cpu", program=program)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     items, fixes = screen(run)

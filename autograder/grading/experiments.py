@@ -142,7 +142,7 @@ def _reference_training(aid, name, seed, device, ref):
     is trained first when this process holds none, and a run another experiment reuses is kept."""
     course, experiments = load_course().assignment(aid), harness(aid).EXPERIMENTS
     exp, spec = course.experiments[name], experiments[name]
-    reused = shared_runs.reused_name(spec)
+    reused = shared_runs.reused_here(course, name, spec)
     held = None
     if reused:  # trained first when this process has not (kept unless its run may not be shared)
         identity = _reference_identity(aid, course.experiments[reused], seed, device)
@@ -333,10 +333,11 @@ def _sharing(course, aid, exp, code, seed, device, sandbox, key):
     key with the same cells (None when it reuses none)."""
     experiments = harness(aid).EXPERIMENTS
     keep_as = key if shared_runs.is_reused(experiments, exp.name) else None
-    reused = shared_runs.reused_name(experiments[exp.name])
+    assignment = course.assignment(aid)
+    reused = shared_runs.reused_here(assignment, exp.name, experiments[exp.name])
     if reused is None:
         return keep_as, None
-    other = course.assignment(aid).experiments[reused]
+    other = assignment.experiments[reused]
     return keep_as, experiment_key(experiment_inputs(code, aid, other, seed, device, sandbox.threads,
                                                      getattr(sandbox, "tripwire", None)))
 

@@ -3,9 +3,9 @@
 An experiment whose harness entry names `reuses="X"` starts from experiment X's trained model at the same seed:
 X's trained state reaches its training as the data tensors `reused.0`, `reused.1`, ... when this process holds it,
 and the harness's training skips what it would have trained again (w8l1: dae_mnist's plain AE is ae_mnist's
-recipe bit for bit). Without it, the training does everything itself, with the same result. The reference's runs
-(run_reference) train X first when this process has not; graded runs keep what they trained (ae_mnist before
-dae_mnist in a grading).
+recipe bit for bit), when course.yaml configures X with the same steps (reused_here). Without it, the training
+does everything itself, with the same result. The reference's runs (run_reference) train X first when this process
+has not; graded runs keep what they trained (ae_mnist before dae_mnist in a grading).
 
 A state is kept in this process's memory only (never in the results cache on disk), under the identity of X's run:
 for a graded run its experiment key (the student's cells as they ran, the grader's code, seed, device, threads,
@@ -23,6 +23,17 @@ _kept: "OrderedDict[str, tuple[list, dict]]" = OrderedDict()
 def reused_name(spec):
     """The experiment whose trained model this one starts from, or None."""
     return spec.get("reuses")
+
+
+def reused_here(assignment, name, spec):
+    """The experiment `name` starts from in this course (assignment: its course.yaml entry), or None: only one
+    that course.yaml configures with the same steps, so that its run is the recipe this one would train (a
+    course that drops it, or cuts one of the two, trains everything in the experiment itself)."""
+    reused = reused_name(spec)
+    if reused is None or reused not in assignment.experiments or name not in assignment.experiments:
+        return None
+    same = assignment.experiments[reused].cfg.get("steps") == assignment.experiments[name].cfg.get("steps")
+    return reused if same else None
 
 
 def is_reused(experiments, name):

@@ -35,3 +35,19 @@ def test_w8l1_declares_what_it_reuses():
     assert shared_runs.reused_name(EXPERIMENTS["attention_modes"]) is None
     assert shared_runs.is_reused(EXPERIMENTS, "ae_mnist") and not shared_runs.is_reused(EXPERIMENTS, "red_square")
     assert shared_runs.reused_name(EXPERIMENTS["ae_mnist"]) is None
+
+
+def test_a_run_is_reused_only_when_course_yaml_configures_it_with_the_same_steps():
+    """A course.yaml that drops ae_mnist, or cuts only one of the two, trains dae_mnist's plain AE itself."""
+    from autograder.course.config import load_course
+    assignment = load_course().assignment("w8l1_attention_vision")
+    spec = EXPERIMENTS["dae_mnist"]
+    assert shared_runs.reused_here(assignment, "dae_mnist", spec) == "ae_mnist"
+    without = assignment.model_copy(update={"experiments": {
+        n: e for n, e in assignment.experiments.items() if n != "ae_mnist"}})
+    assert shared_runs.reused_here(without, "dae_mnist", spec) is None
+    ae = assignment.experiments["ae_mnist"]
+    cut = ae.model_copy(update={"steps": ae.steps - 1})
+    shorter = assignment.model_copy(update={"experiments": {**assignment.experiments, "ae_mnist": cut}})
+    assert shorter.experiments["ae_mnist"].cfg["steps"] == ae.steps - 1
+    assert shared_runs.reused_here(shorter, "dae_mnist", spec) is None
