@@ -397,6 +397,14 @@ def test_a_zygote_ends_with_its_grader_even_when_another_process_holds_the_grade
             os.killpg(grader.pid, signal.SIGKILL)
 
 
+def test_a_sandbox_starts_with_what_every_training_imports_already_loaded():
+    """torch._dynamo, which a training's first optimizer imports (about 2 s of CPU), is loaded once in the zygote:
+    a sandbox has it before its notebook asks for anything."""
+    with sandbox_of(("setup_m", "import sys\ndef loaded(name):\n    return name in sys.modules\n")) as sb:
+        assert ask(sb, "loaded", "torch._dynamo") is True
+        assert ask(sb, "loaded", "a_module_nobody_imports") is False
+
+
 def test_openmp_threads_wait_passively_from_the_zygotes_start():
     """libgomp reads OMP_WAIT_POLICY once, when the zygote's torch loads it: the zygote's own environment (not only
     each sandbox's) says PASSIVE, so its threads sleep instead of spinning against a busy machine's other work."""

@@ -202,6 +202,8 @@ def zygote(control_fd, import_path=None):
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox
         with contextlib.suppress(Exception):  # optional: a missing package is the notebook's own business
             __import__(name)
+    with contextlib.suppress(Exception):  # every training's first optimizer imports it (torch._disable_dynamo):
+        import torch._dynamo  # noqa: F401 -- ~2 s of CPU once here, not in every sandbox (its pages shared)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)       # monitors are reaped by the kernel
     sock = socket.socket(fileno=control_fd)
     while wait_for_request(sock, grader):
