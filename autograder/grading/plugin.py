@@ -8,7 +8,7 @@ lecture's experiments as tests of their own, runs each item's tests in course.ya
 an item), applies the grading rules of autograder/grading/scoring.py, regrades an item whose failed dependency
 failed it (course.yaml `dependencies`, autograder/grading/regrade.py) and writes results.json.
 
-A suite imports from this module and autograder.grading.checks only. PYTEST_DONT_REWRITE
+A suite imports what it needs of this module through autograder.grading.suite_api. PYTEST_DONT_REWRITE
 """
 import json
 import time

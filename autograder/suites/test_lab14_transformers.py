@@ -7,32 +7,32 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autograder.grading.checks import (
+from autograder.grading.suite_api import (
     SCALE_MISSING,
     Fail,
+    Fresh,
+    Remote,
+    Search,
+    attention_case,
     attention_oracle,
     check_close,
     check_tensor,
     check_true,
     check_tuple,
     copy_state,
-    int_seed,
-    randn,
-    sinusoid_table,
-    tol,
-    unscaled,
-    unscaled_mha,
-)
-from autograder.grading.plugin import Fresh, Remote, reference
-from autograder.grading.smallest_case import (
-    Search,
-    attention_case,
     dim,
     function_search,
     gradient_search,
+    int_seed,
     ints,
+    randn,
+    reference,
+    sinusoid_table,
     smallest_case,
     st,
+    tol,
+    unscaled,
+    unscaled_mha,
     with_upstream,
 )
 

@@ -17,30 +17,30 @@ import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.decomposition import PCA
 
-from autograder.grading.checks import (
+from autograder.grading.suite_api import (
     SCALE_MISSING,
     Fail,
+    Remote,
+    Seeded,
+    bool_mask,
     check_close,
     check_number,
     check_tensor,
     check_true,
     check_tuple,
     copy_state,
-    dtype_name,
-    int_seed,
-    randn,
-    tol,
-    unscaled,
-)
-from autograder.grading.plugin import Remote, Seeded, reference
-from autograder.grading.smallest_case import (
-    bool_mask,
     dim,
+    dtype_name,
     function_search,
     gradient_search,
+    int_seed,
     ints,
+    randn,
+    reference,
     smallest_case,
     st,
+    tol,
+    unscaled,
     with_upstream,
 )
 

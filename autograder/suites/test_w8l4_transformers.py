@@ -11,33 +11,34 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder.grading.checks import (
+from autograder.grading.suite_api import (
     SCALE_MISSING,
     Fail,
+    Opaque,
+    Remote,
+    Search,
+    Seeded,
+    attention_case,
     attention_oracle,
+    bool_mask,
     check_close,
     check_number,
     check_tensor,
     check_true,
     check_tuple,
-    dtype_name,
-    randn,
-    sinusoid_table,
-    tol,
-    unscaled,
-    unscaled_mha,
-)
-from autograder.grading.plugin import Opaque, Remote, Seeded, reference
-from autograder.grading.smallest_case import (
-    Search,
-    attention_case,
-    bool_mask,
     dim,
+    dtype_name,
     function_search,
     gradient_search,
     ints,
+    randn,
+    reference,
+    sinusoid_table,
     smallest_case,
     st,
+    tol,
+    unscaled,
+    unscaled_mha,
     with_upstream,
 )
 

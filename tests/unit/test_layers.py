@@ -129,3 +129,14 @@ def test_no_grader_module_over_500_lines():
     long = {name: n for name, path in grader_modules().items() if ".suites." not in name
             and (n := len(path.read_text().splitlines())) > 500}
     assert not long, f"split these by job: {long}"
+
+
+def test_a_suite_imports_the_grader_through_one_module():
+    """A suite author imports what they need from autograder.grading.suite_api (docs/SUITES.md), and that module
+    offers every name the three suites use."""
+    import autograder.grading.suite_api as api
+    for path in sorted((PACKAGE / "suites").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        froms = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("autogr")]
+        assert {n.module for n in froms} == {"autograder.grading.suite_api"}, [n.module for n in froms]
+        assert all(alias.name in api.__all__ for n in froms for alias in n.names), path.name
