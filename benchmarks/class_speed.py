@@ -6,6 +6,9 @@ before and after the rows and averaged), and the ratio is the figure. The rows (
 
   batch      4 complete lab14 submissions through `course grade DIR --workers 2` (and --workers 1): wall per
              submission / the lab's two-epoch loop                                          goal <= 0.6x at 2
+  class      12 complete lab14 submissions, `--workers 2`: the same ratio over a batch three times as long, where
+             the workers' start counts a third as much per submission (no goal: the steady state a class
+             approaches)
   lab14      one `course grade` of a complete lab14 notebook / the same loop                goal <= 1.3x
   w8l4       one `course grade` of a complete w8l4 notebook / the lecture's 1000 steps      goal <= 0.9x
   frozen     a w8l4 notebook whose Transformer cannot learn (output layer frozen at zero) / the complete one
@@ -23,7 +26,7 @@ TA's does, for what is the course's and not the submission's: the reference's va
 run is judged against (grading/experiments.py), computed by a warm-up grading of each assignment, not timed, as
 the first grading on a machine computes them.
 
-    python benchmarks/class_speed.py [--rows batch lab14 w8l4 frozen hog nbgrader start] [--device cuda]
+    python benchmarks/class_speed.py [--rows batch class lab14 w8l4 frozen hog nbgrader start] [--device cuda]
 """
 import argparse
 import multiprocessing
@@ -120,7 +123,7 @@ def nbgrader_class(tmp, n, workers):
 
 
 def main():
-    rows = ["batch", "lab14", "w8l4", "frozen", "hog", "nbgrader", "start"]
+    rows = ["batch", "class", "lab14", "w8l4", "frozen", "hog", "nbgrader", "start"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", choices=rows, default=rows)
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where the graded and the lecture's training run")
@@ -128,7 +131,7 @@ def main():
     lectures = {LAB: [], W8L4: []}
     want_w8l4 = {"w8l4", "frozen"} & set(args.rows)
     for aid in lectures:  # only the yardsticks a row divides by
-        if (aid == LAB and {"batch", "lab14"} & set(args.rows)) or (aid == W8L4 and "w8l4" in args.rows):
+        if (aid == LAB and {"batch", "class", "lab14"} & set(args.rows)) or (aid == W8L4 and "w8l4" in args.rows):
             lectures[aid].append(lecture_seconds(aid, args.device))
     figures = []  # (row, seconds, per: an assignment whose lecture divides it, or seconds, goal, detail)
 
@@ -151,6 +154,11 @@ def main():
             one, _ = course_grade([tmp / "batch1"], LAB, 1, args.device)
             say("batch", two / 4, LAB, "<= 0.6",
                 f"4 lab14: {two:.1f} s at --workers 2, {one:.1f} s at 1 ({one / two:.2f}x faster)")
+        if "class" in args.rows:
+            for k in range(12):
+                write(tmp / "class", f"student{k}", LAB, solved(LAB, f"class{k}"))
+            wall, _ = course_grade([tmp / "class"], LAB, 2, args.device)
+            say("class", wall / 12, LAB, "-", f"12 lab14: {wall:.1f} s at --workers 2")
         idle = None
         if {"lab14", "hog"} & set(args.rows):
             idle, _ = course_grade([complete_lab], LAB, 1, args.device)
