@@ -146,6 +146,19 @@ def test_a_worker_with_another_grader_refuses_the_task(tmp_path):
         grade_bytes("alice", f"{AID}.ipynb", data, "f" * 64, AID, [ITEM], "cpu", "0" * 64)
 
 
+def test_a_scheduler_that_does_not_answer_is_one_line_naming_it(tmp_path):
+    """Nobody listening at the address, or a scheduler file whose scheduler has gone: exit 2, one line, no
+    traceback."""
+    gone = tmp_path / "scheduler.json"
+    gone.write_text(json.dumps({"type": "Scheduler", "address": "tcp://127.0.0.1:9", "services": {}, "workers": {}}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    for target in ("tcp://127.0.0.1:9", gone):
+        done = subprocess.run([sys.executable, "-m", "autograder.cli", "grade", str(tmp_path), "-a", AID,
+                               "--scheduler", str(target)], capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert f"the Dask scheduler at {target} did not answer" in done.stderr and "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("kind", ["slurm", "pbs"])
 def test_batch_job_scripts_ask_for_the_gpus_and_set_the_threads(kind):
     pytest.importorskip("dask_jobqueue")

@@ -112,41 +112,56 @@ def autograded_outputs(root, aid, student):
 
 
 @pytest.mark.slow
-def test_autograde_on_all_cores_writes_the_gradebook_of_one_by_one(tmp_path, graded_solutions):
-    """`nbgrader autograde` grades the class at once (CourseAutograde.workers) and writes what one-by-one writes:
-    the same scores, the same test-cell outputs; a student it cannot grade is reported by both, and costs no other."""
+def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by_one(tmp_path, graded_solutions):
+    """`nbgrader autograde` grades the class at once (CourseAutograde.workers, or CourseAutograde.scheduler: a
+    running Dask cluster) and writes what one-by-one writes: the same scores, the same test-cell outputs; a student
+    it cannot grade is reported by all, and costs no other."""
     import os
     import subprocess
     import sys
+
+    from tests.test_cluster import DaskCluster
     aid = "lab14_transformers"
     half, _ = half_done(aid)
     graded_solutions[aid]  # alice's experiment is the graded solution's, from the cache
+    (tmp_path / "dask").mkdir()
+    cluster = DaskCluster(tmp_path / "dask")
     logs, roots = {}, {}
-    for workers in (2, 1):
-        root = roots[workers] = tmp_path / f"course{workers}"
-        (root / "source").mkdir(parents=True)
-        shutil.copytree(ROOT / "assignments" / aid, root / "source" / aid)
-        (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
-                                                               root=str(root)))
-        assert run_nbgrader(["generate_assignment", aid, "--force"], root).returncode == 0
-        for student, nb in {"alice": with_cells(release_notebook(aid), solved_sources(aid)),
-                            "bob": release_notebook(aid), "carol": half}.items():
-            (root / "submitted" / student / aid).mkdir(parents=True)
-            nbformat.write(nb, root / "submitted" / student / aid / f"{aid}.ipynb")
-        dave = root / "submitted" / "dave" / aid  # two notebooks, neither under the released name: not graded
-        dave.mkdir(parents=True)
-        for name in ("draft.ipynb", "final.ipynb"):
-            nbformat.write(half, dave / name)
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", aid, "--force",
-                               f"--CourseAutograde.workers={workers}"], cwd=root, env=env, capture_output=True,
-                              text=True)
-        logs[workers] = proc.stdout + proc.stderr
-        assert proc.returncode != 0 and "student 'dave': not graded" in logs[workers], logs[workers][-3000:]
-    assert logs[2].count("pre-graded result taken") == 3, logs[2][-3000:]  # graded at once, taken by nbgrader
+    runs = {2: ["--CourseAutograde.workers=2"], "dask": [f"--CourseAutograde.scheduler={cluster.file}"],
+            1: ["--CourseAutograde.workers=1"]}
+    try:
+        for workers, option in runs.items():
+            root = roots[workers] = tmp_path / f"course{workers}"
+            (root / "source").mkdir(parents=True)
+            shutil.copytree(ROOT / "assignments" / aid, root / "source" / aid)
+            (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                                   root=str(root)))
+            assert run_nbgrader(["generate_assignment", aid, "--force"], root).returncode == 0
+            for student, nb in {"alice": with_cells(release_notebook(aid), solved_sources(aid)),
+                                "bob": release_notebook(aid), "carol": half}.items():
+                (root / "submitted" / student / aid).mkdir(parents=True)
+                nbformat.write(nb, root / "submitted" / student / aid / f"{aid}.ipynb")
+            dave = root / "submitted" / "dave" / aid  # two notebooks, neither under the released name: not graded
+            dave.mkdir(parents=True)
+            for name in ("draft.ipynb", "final.ipynb"):
+                nbformat.write(half, dave / name)
+            env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+            proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", aid, "--force", *option], cwd=root,
+                                  env=env, capture_output=True, text=True)
+            if workers == "dask":
+                cluster.close()  # its two workers' cores back for the one-by-one run
+            logs[workers] = proc.stdout + proc.stderr
+            assert proc.returncode != 0 and "student 'dave': not graded" in logs[workers], logs[workers][-3000:]
+    finally:
+        cluster.close()
+    for parallel in (2, "dask"):  # graded at once, taken by nbgrader
+        assert logs[parallel].count("pre-graded result taken") == 3, logs[parallel][-3000:]
+    assert "on the cluster at " in logs["dask"] and "cluster: tcp://127.0.0.1:" in logs["dask"], logs["dask"][-3000:]
     assert "pre-graded result taken" not in logs[1] and "at once" not in logs[1]
-    scores = gradebook_scores(roots[2], aid)
-    assert scores == gradebook_scores(roots[1], aid)
+    scores = gradebook_scores(roots[1], aid)
     assert scores["alice"] == pytest.approx(COURSE.assignment(aid).total_points) and scores["bob"] == 0
-    for student in ("alice", "bob", "carol"):
-        assert autograded_outputs(roots[2], aid, student) == autograded_outputs(roots[1], aid, student), student
+    for parallel in (2, "dask"):
+        assert gradebook_scores(roots[parallel], aid) == scores, parallel
+        for student in ("alice", "bob", "carol"):
+            assert autograded_outputs(roots[parallel], aid, student) == autograded_outputs(roots[1], aid, student), \
+                (parallel, student)

@@ -95,8 +95,12 @@ def dask_client(where, aid, say):
         if "://" not in target and not on_file:
             raise ConfigError(f"--scheduler {target}: expected an address (tcp://HOST:PORT, tls://HOST:PORT) or an "
                               f"existing scheduler file (what `dask scheduler --scheduler-file FILE` wrote)")
-        client = (distributed.Client(scheduler_file=str(Path(target).expanduser())) if on_file
-                  else distributed.Client(target))
+        try:
+            client = (distributed.Client(scheduler_file=str(Path(target).expanduser())) if on_file
+                      else distributed.Client(target))
+        except OSError as e:  # nobody listening there, or a scheduler file whose scheduler has gone
+            raise ConfigError(f"the Dask scheduler at {target} did not answer ({e}): is it running (`dask scheduler`), "
+                              f"and is that its address?") from None
     else:
         from autograder.batch.clusters import start_cluster
         cluster = start_cluster(where.cluster, where.jobs, where.gpus_per_job)

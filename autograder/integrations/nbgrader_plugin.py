@@ -16,7 +16,8 @@ walk has CollectForGrading as its only autograde step: it writes each sanitised 
 it, and scores nothing. Those are graded at once, `course grade`'s way (batch/scheduler.py grade_class), into a
 results folder; the second walk's TrustedGrade takes each result whose identity (the graded bytes' sha256, the
 whole assignment, the grader) is this grading's, and grades any other itself. The gradebook is written by nbgrader
-alone, as in a serial run. On a cluster the same three steps run by hand (docs/CLUSTER.md).
+alone, as in a serial run. CourseAutograde.scheduler grades them on a running Dask cluster instead; the same three
+steps also run by hand (docs/CLUSTER.md).
 """
 import filecmp
 import logging
@@ -34,6 +35,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer, Unicode
 
 from autograder.course.config import course_root
+from autograder.errors import ConfigError
 from autograder.notebooks.cells import nbgrader_meta, read_notebook
 from autograder.notebooks.repair import repair
 from autograder.reports.feedback import summary_html
@@ -53,23 +55,30 @@ class CourseAutograde(Autograde):
 
     workers = Integer(0, help="submissions graded at once before nbgrader writes the gradebook (0: one per core; "
                       "1: one after another, inside nbgrader's walk)").tag(config=True)
+    scheduler = Unicode("", help="grade the class on this running Dask cluster instead of this machine's cores: "
+                        "tcp://HOST:PORT, tls://HOST:PORT or a scheduler file (docs/CLUSTER.md)").tag(config=True)
     _stage = None          # None: nbgrader's own walk; "collect": the first walk of a parallel run; "take": the second
     _pregraded_dir = None  # the second walk's results folder
     _collected = ()        # (assignment, student) the first walk took up
 
     def convert_notebooks(self):
         """nbgrader's walk; with several workers, a collecting walk and the class graded at once before it."""
-        workers = self.workers or _cores()
+        from autograder.batch.scheduler import Where
+        where = Where(scheduler=self.scheduler) if self.scheduler else Where(workers=self.workers or _cores())
         by_hand = self.config.TrustedGrade.get("results_dir") or \
             not any(_is(pp, TrustedGrade) for pp in self.autograde_preprocessors)  # docs/CLUSTER.md's steps 1 and 3
-        if workers <= 1 or by_hand:
+        if (where.workers <= 1 and not where.on_dask) or by_hand:
             return super().convert_notebooks()
         with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp:
             pending, graded = Path(tmp) / "pending", Path(tmp) / "graded"
             # a student the collecting walk cannot take fails again, and is reported, in the walk that scores
             with self._walk("collect", pending), suppress(NbGraderException):
                 super().convert_notebooks()
-            self.pregrade(pending, graded, workers)
+            try:
+                self.pregrade(pending, graded, where)
+            except ConfigError as e:  # a cluster that does not answer: one line, and no gradebook written
+                self.log.error(str(e))
+                raise NbGraderException(str(e)) from None
             with self._walk("take", graded):
                 return super().convert_notebooks()
 
@@ -88,10 +97,11 @@ class CourseAutograde(Autograde):
             self._stage, self._pregraded_dir = None, None
             self.log.setLevel(level)
 
-    def pregrade(self, pending, graded, workers):
-        """Grade every collected notebook at once, `course grade`'s way, into `graded`/<assignment>."""
+    def pregrade(self, pending, graded, where):
+        """Grade every collected notebook at once, `course grade`'s way (`where`: this machine's cores or a Dask
+        cluster), into `graded`/<assignment>."""
         from autograder.batch.run import find_submissions
-        from autograder.batch.scheduler import Where, grade_class
+        from autograder.batch.scheduler import grade_class
         device = self.config.TrustedGrade.get("device", "auto")
         for aid in sorted({aid for aid, _ in self._collected}):
             written = sorted(p for student in {s for a, s in self._collected if a == aid}
@@ -99,12 +109,13 @@ class CourseAutograde(Autograde):
             subs = find_submissions(written, aid)
             if not subs:
                 continue
-            self.log.info("grading %d submissions of %s, %d at once", len(subs), aid, workers)
+            self.log.info("grading %d submissions of %s, %s", len(subs), aid,
+                          f"on the cluster at {where.scheduler}" if where.on_dask else f"{where.workers} at once")
 
             def progress(done, total, name, result, how):
                 self.log.info("[%d/%d] %s: %s/%s", done, total, name, result["score"], result["max_score"])
-            grade_class(subs, aid, device=device, where=Where(workers=workers), results_dir=graded / aid,
-                        progress=progress)
+            grade_class(subs, aid, device=device, where=where, results_dir=graded / aid, progress=progress,
+                        say=self.log.info)
 
     def init_destination(self, assignment_id, student_id):
         """The second walk takes up exactly the students the first one did (their collected copy replaced): those
