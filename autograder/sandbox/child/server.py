@@ -204,13 +204,18 @@ class Server:
             self.flush_output()
         return {"cells": results}
 
+    def prepared(self, msg):
+        """(the student's function or class, args, kwargs, tensors) of a check's request, torch seeded as asked."""
+        tensors = self.load_tensors()
+        target = self.target(msg)
+        args, kwargs = self.arguments(msg, tensors)
+        self.torch.manual_seed(msg.get("seed", 0))
+        return target, args, kwargs, tensors
+
     def op_call(self, msg):
         """Call a function or method of the student's on the grader's arguments (and backward, with `grad`)."""
         torch = self.torch
-        tensors = self.load_tensors()
-        fn = self.target(msg)
-        args, kwargs = self.arguments(msg, tensors)
-        torch.manual_seed(msg.get("seed", 0))
+        fn, args, kwargs, tensors = self.prepared(msg)
         try:
             grad = msg.get("grad")
             # a student's backward counts too
@@ -239,10 +244,7 @@ class Server:
     def op_new(self, msg):
         """An instance of the student's class, built on the grader's arguments and seed, kept by handle."""
         torch = self.torch
-        tensors = self.load_tensors()
-        cls = self.target(msg)
-        args, kwargs = self.arguments(msg, tensors)
-        torch.manual_seed(msg.get("seed", 0))
+        cls, args, kwargs, _ = self.prepared(msg)
         try:
             with self.tripwire.checking(msg.get("watch", [])) as watched:
                 obj = cls(*args, **kwargs)
