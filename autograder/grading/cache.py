@@ -3,8 +3,10 @@
 Thresholds are never cached, only what a run measured: they are judged again on every read, so editing
 course.yaml needs no cache flush. COURSE_NO_CACHE=1 turns it off, reading and writing (benchmarks, fresh
 measurements). A run is stored in the course's `.grader/cache` when the user can write there, else in the user's
-own cache folder (a TA who does not own the checkout, a read-only one); read from both. A cache that cannot be
-written costs the next run its training, never this run's result: cache_write says so and returns.
+own cache folder (a TA who does not own the checkout, a read-only one); read from both, and from the course's
+`.grader/curves` (SHIPPED), which is read and never written: `course export gradescope` puts the reference's
+validation curves there, so that a fresh container per submission trains none. A cache that cannot be written
+costs the next run its training, never this run's result: cache_write says so and returns.
 """
 import ast
 import contextlib
@@ -23,6 +25,7 @@ from autograder.course.config import ROOT, course_root
 from autograder.errors import ConfigError
 
 PACKAGE = ROOT / "autograder"
+SHIPPED = Path(".grader") / "curves"  # under the course: entries shipped with it, read and never written
 
 
 @functools.lru_cache(maxsize=512)  # each grading asks for the same files' again per experiment and seed
@@ -76,11 +79,19 @@ def cache_folders():
     return folders + [Path(platformdirs.user_cache_dir("attention-course")) / "experiments"]
 
 
+def shipped_folders():
+    """The course's read-only layer (SHIPPED), none when no course folder is to hand."""
+    with contextlib.suppress(ConfigError):
+        return [course_root() / SHIPPED]
+    return []
+
+
 def cache_read(key):
-    """A cached [metrics, failures], or None (missing, unreadable, or the cache turned off)."""
+    """A cached entry (a run's [metrics, failures, run], a reference curve), or None (missing, unreadable, or the
+    cache turned off): from the folders it is written to, then the shipped layer."""
     if cache_off():
         return None
-    for folder in cache_folders():
+    for folder in cache_folders() + shipped_folders():
         try:
             return json.loads((folder / f"{key}.json").read_text())
         except (OSError, ValueError):

@@ -181,14 +181,26 @@ def validates_against_marks(spec):
     return "pass_marks" in inspect.getsource(spec["train"])
 
 
+def has_curve(aid, exp):
+    """Whether grading judges the experiment's runs against a reference curve: graded, and stopping on marks."""
+    return exp.graded and validates_against_marks(harness(aid).EXPERIMENTS[exp.name])
+
+
+def curve_key(aid, exp, seed, device, data=None):
+    """The cache key of the reference's curve: everything that changes it. `data`: the data source as named where
+    the curve will be read (the Gradescope zip's MNIST folder), when not this process's (data_source_of)."""
+    return experiment_key({"reference curve": exp.name, "code": experiment_code(aid),
+                           "solutions": solution_fingerprint(aid), "cfg": exp.cfg, "seed": seed, "device": device,
+                           "libraries": libraries(), "data": data_source_of(aid) if data is None else data,
+                           "threads": CURVE_THREADS})
+
+
 def reference_curve(aid, exp, seed, device):
     """The reference's validation curve ([{step, figures...}], its training history's `val`) for this experiment,
     seed and device: computed once per process and kept in the training cache, never once per submission."""
-    if not exp.graded or not validates_against_marks(harness(aid).EXPERIMENTS[exp.name]):
+    if not has_curve(aid, exp):
         return []
-    key = experiment_key({"reference curve": exp.name, "code": experiment_code(aid),
-                          "solutions": solution_fingerprint(aid), "cfg": exp.cfg, "seed": seed, "device": device,
-                          "libraries": libraries(), "data": data_source_of(aid), "threads": CURVE_THREADS})
+    key = curve_key(aid, exp, seed, device)
     if key not in _CURVES:
         curve = cache_read(key)
         if curve is None:

@@ -10,7 +10,9 @@ What the zip holds (Gradescope unpacks it at /autograder/source):
                                                and harness (none of the others'), course.yaml with this
                                                assignment alone and the `gradescope:` limits, the release
                                                notebook (trusted setup cells), MNIST's test split where the
-                                               harness reads MNIST (the offline fallback)
+                                               harness reads MNIST (the offline fallback), and in
+                                               .grader/curves the reference's validation curves on the CPU
+                                               (reference_curves: keyed as the container's grading keys them)
 setup.sh ends with the course's own steps: torch and torchvision at the grader's versions (the CPU build from
 PyTorch's wheel index, PyPI's where that index cannot be reached), install `course/` (its dependencies are all
 grading imports), download MNIST where needed (Gradescope has internet; the copy in the zip stays the
@@ -35,6 +37,8 @@ from autograder.errors import ConfigError
 
 GRADESCOPE_ROOT = "/autograder"
 COURSE_DIR = "course"          # inside the zip, so /autograder/source/course on Gradescope
+ZIP_MNIST = "data/mnist"       # MNIST's copy in the zip, under COURSE_DIR
+GRADED_ON = "cpu"              # Gradescope's containers have no GPU: the device the reference curves are for
 PACKAGES = ("autograder", "solutions")
 CPU_WHEELS = "https://download.pytorch.org/whl/cpu"  # torch without CUDA: ~0.2 GB, not PyPI's ~5 GB
 # The zip's entry point (Otter's own run_otter.py calls Otter's main directly): the course's wrapper writes a
@@ -118,7 +122,7 @@ def zip_course_yaml(course, aid):
     """course.yaml for the zip: this assignment alone, MNIST from the zip's copy, the `gradescope:` limits."""
     raw = yaml.safe_load(course.path.read_text())
     raw["assignments"] = {aid: raw["assignments"][aid]}
-    raw["data"]["mnist_dir"] = "data/mnist"
+    raw["data"]["mnist_dir"] = ZIP_MNIST
     raw["limits"] = {**raw.get("limits", {}), **course.gradescope.limits.model_dump(exclude_none=True)}
     header = (f"# {course.path.name} for Gradescope, written by `course export gradescope {aid}`: this assignment "
               f"alone, with the\n# course's `gradescope.limits` as its limits (see the course's own file for what "
@@ -151,16 +155,60 @@ def course_files(aid):
     files.append(("course.yaml", zip_course_yaml(course, aid).encode()))
     mnist = course.mnist_dir
     if uses_mnist(aid) and mnist.is_dir():
-        files += [(f"data/mnist/{p.name}", p.read_bytes()) for p in sorted(mnist.iterdir()) if p.is_file()]
+        files += [(f"{ZIP_MNIST}/{p.name}", p.read_bytes()) for p in sorted(mnist.iterdir()) if p.is_file()]
     return [(f"{COURSE_DIR}/{name}", data) for name, data in files]
 
 
+def zip_data_source(aid, course):
+    """The assignment's data source as the container's grading names it (experiments.data_source_of): the kind
+    read here, in the zip's copy of course.yaml's MNIST folder; None when this process reads another folder
+    ($COURSE_MNIST_DIR), whose curves the zip's data would not give."""
+    from autograder.course.mnist import data_source
+    from autograder.grading.experiments import data_source_of
+    if not data_source_of(aid):
+        return ""
+    if Path(data_source()[1]).resolve() != course.mnist_dir:
+        return None
+    return data_source_of(aid, named_folder=f"{GRADESCOPE_ROOT}/source/{COURSE_DIR}/{ZIP_MNIST}")
+
+
+def reference_curves(aid):
+    """(files, line): the reference's validation curve of each graded experiment of `aid` that has one, for each
+    of its seeds on the CPU, as cache entries (path in the zip, bytes) of the course's read-only layer
+    (cache.SHIPPED), keyed as the container's grading keys them (experiments.curve_key); and one line saying what
+    they are. Computed as a grading here computes them (reference_curve: from this machine's cache when it holds
+    them, else trained once and cached). A container whose library versions or grader code differ from this
+    process's keys them otherwise, and trains them again."""
+    from autograder.grading.cache import SHIPPED, libraries
+    from autograder.grading.experiments import curve_key, has_curve, reference_curve
+    course = load_course()
+    data = zip_data_source(aid, course)
+    if data is None:
+        return [], ("reference curves: none ($COURSE_MNIST_DIR names a folder other than course.yaml's "
+                    "data.mnist_dir, which the zip ships): the container trains them")
+    files, shipped = [], []
+    for exp in course.assignment(aid).experiments.values():
+        if has_curve(aid, exp):
+            for seed in exp.seeds:
+                curve = reference_curve(aid, exp, seed, GRADED_ON)
+                key = curve_key(aid, exp, seed, GRADED_ON, data=data)
+                files.append((f"{COURSE_DIR}/{SHIPPED.as_posix()}/{key}.json", json.dumps(curve).encode()))
+            shipped.append(f"{exp.name} seeds {', '.join(map(str, exp.seeds))}")
+    versions = ", ".join(f"{name} {version}" for name, version in libraries().items())
+    return files, (f"reference curves: {len(files)} ({'; '.join(shipped) or 'no experiment has one'}), for "
+                   f"{versions} on the {GRADED_ON}: a container with other versions trains them again")
+
+
 def export_gradescope(aid, out="autograder.zip", device="auto"):
-    """Build the zip with `otter generate`, then add the course and its setup steps; returns its path."""
+    """Build the zip with `otter generate`, then add the course, the reference curves (printing what they are)
+    and its setup steps; returns its path."""
     from otter.generate import main as otter_generate
     course = load_course()
     course.assignment(aid)         # an unknown id is a ConfigError naming the known ones
     files = course_files(aid)      # before Otter's work: a missing release is a ConfigError naming it
+    curves, shipped = reference_curves(aid)
+    files += curves
+    print(shipped)
     out = Path(out).resolve()
     with tempfile.TemporaryDirectory(prefix="course-export-") as tmp:
         tmp = Path(tmp)
