@@ -130,3 +130,17 @@ def test_an_mnist_assignments_curves_are_keyed_with_the_data_source_the_containe
     assert there.startswith("mnist ") and str(container / COURSE_DIR / ZIP_MNIST) in there, there
     assert predicted == there.replace(str(tmp_path / "autograder"), GRADESCOPE_ROOT)
     assert predicted != here  # this checkout's folder is not the container's
+
+
+def test_a_curve_is_keyed_by_library_releases_not_builds(monkeypatch):
+    """PyPI's torch (+cu130) on the exporter's machine and the CPU index's (+cpu) in the container, another NumPy
+    or Python patch: the same curve key; another torch release or NumPy minor version: another."""
+    exp = load_course().assignment("lab14_transformers").experiments["memory_task"]
+
+    def key_with(torch, numpy, python):
+        monkeypatch.setattr(experiments, "libraries", lambda: {"torch": torch, "numpy": numpy, "python": python})
+        return experiments.curve_key("lab14_transformers", exp, 0, "cpu")
+    exporter = key_with("2.14.1+cu130", "2.4.6", "3.11.7")
+    assert key_with("2.14.1+cpu", "2.4.1", "3.11.14") == exporter
+    assert key_with("2.15.0+cpu", "2.4.6", "3.11.7") != exporter
+    assert key_with("2.14.1+cu130", "2.5.0", "3.11.7") != exporter

@@ -177,10 +177,10 @@ def reference_curves(aid):
     of its seeds on the CPU, as cache entries (path in the zip, bytes) of the course's read-only layer
     (cache.SHIPPED), keyed as the container's grading keys them (experiments.curve_key); and one line saying what
     they are. Computed as a grading here computes them (reference_curve: from this machine's cache when it holds
-    them, else trained once and cached). A container whose library versions or grader code differ from this
-    process's keys them otherwise, and trains them again."""
-    from autograder.grading.cache import SHIPPED, libraries
-    from autograder.grading.experiments import curve_key, has_curve, reference_curve
+    them, else trained once and cached). A container with another torch release, NumPy or Python minor version, or
+    other grader code keys them otherwise (experiments.curve_libraries), and trains them again."""
+    from autograder.grading.cache import SHIPPED
+    from autograder.grading.experiments import curve_key, curve_libraries, has_curve, reference_curve
     course = load_course()
     data = zip_data_source(aid, course)
     if data is None:
@@ -194,7 +194,7 @@ def reference_curves(aid):
                 key = curve_key(aid, exp, seed, GRADED_ON, data=data)
                 files.append((f"{COURSE_DIR}/{SHIPPED.as_posix()}/{key}.json", json.dumps(curve).encode()))
             shipped.append(f"{exp.name} seeds {', '.join(map(str, exp.seeds))}")
-    versions = ", ".join(f"{name} {version}" for name, version in libraries().items())
+    versions = ", ".join(f"{name} {version}" for name, version in curve_libraries().items())
     return files, (f"reference curves: {len(files)} ({'; '.join(shipped) or 'no experiment has one'}), for "
                    f"{versions} on the {GRADED_ON}: a container with other versions trains them again")
 
