@@ -62,7 +62,8 @@ class CourseAutograde(Autograde):
     _collected = ()        # (assignment, student) the first walk took up
 
     def convert_notebooks(self):
-        """nbgrader's walk; with several workers, a collecting walk and the class graded at once before it."""
+        """nbgrader's walk; with several workers or a cluster, a collecting walk and the class graded at once
+        before it."""
         from autograder.batch.scheduler import Where
         where = Where(scheduler=self.scheduler) if self.scheduler else Where(workers=self.workers or _cores())
         by_hand = self.config.TrustedGrade.get("results_dir") or \
