@@ -95,10 +95,13 @@ class Budgets(Strict):
     hopeless_fraction: float = Field(0.5, gt=0, le=1)
     # the next seed is tried only when each figure the last one missed was within this fraction of its bound
     close: float = Field(0.2, ge=0)
+    # a run validates from this fraction of the step at which the reference cleared its marks (0: from the start)
+    validate_from: float = Field(0.5, ge=0, le=1)
 
     def hopeless_rule(self, after: float | None = None) -> dict[str, float]:
         """The rule as the harness's training reads it (cfg["hopeless"]); `after`: an experiment's own."""
-        return {"after": after or self.hopeless_after, "fraction": self.hopeless_fraction}
+        return {"after": after or self.hopeless_after, "fraction": self.hopeless_fraction,
+                "validate_from": self.validate_from}
 
 
 class Item(Strict):

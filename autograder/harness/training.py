@@ -7,8 +7,10 @@ margin, so that the grader's fresh test data clears the mark itself. The history
 every harness: loss, val, steps, stopped_early, hopeless, seconds.
 
 Wrong work must not cost the most: when the grader sends the reference's validation curve for the same run
-(cfg["reference"], its history's `val`) with course.yaml's rule (cfg["hopeless"]: `after`, `fraction`), a run also
-stops at a validation whose figures are hopeless against it (hopeless_reason), and says why in `hopeless`.
+(cfg["reference"], its history's `val`) with course.yaml's rule (cfg["hopeless"]: `after`, `fraction`,
+`validate_from`), a run also stops at a validation whose figures are hopeless against it (hopeless_reason), and says
+why in `hopeless`; and it validates only from `validate_from` times the step where the reference cleared its marks
+(validation_start): before that, a validation could stop only a run that learns faster than the reference.
 
 The sandbox loads this module beside the harness (grading/experiments.py harness_sources), so it imports nothing
 of the grader's.
@@ -61,6 +63,20 @@ def cleared(figures, marks):
     return all(metric in figures and figures[metric] >= mark for metric, mark in marks.items())
 
 
+def reference_cleared_at(marks):
+    """The step at which the reference's curve (sent with the marks) first cleared them, or None."""
+    reference = getattr(marks, "reference", [])
+    return next((v["step"] for v in reference if cleared(v, marks)), None) if marks else None
+
+
+def validation_start(marks, first):
+    """The first step that may validate: `first`, or `validate_from` times the reference's clearing step when that
+    is later. A validation before it can stop only a run that clears the marks sooner than that (one that learns
+    faster than the reference, which then trains a little longer); a hopeless stop comes later anyway."""
+    cleared_at, share = reference_cleared_at(marks), getattr(marks, "rule", {}).get("validate_from", 0)
+    return first if cleared_at is None or not share else max(first, math.ceil(share * cleared_at))
+
+
 def hopeless_reason(figures, step, marks):
     """Why the run is hopeless at this validation, or '': the reference had cleared the marks by step / `after`,
     and every figure is below `fraction` of the reference's at its last validation up to `step`. A figure missing
@@ -68,7 +84,7 @@ def hopeless_reason(figures, step, marks):
     reference, rule = getattr(marks, "reference", []), getattr(marks, "rule", {})
     if not reference or not rule or not marks:
         return ""
-    cleared_at = next((v["step"] for v in reference if cleared(v, marks)), None)
+    cleared_at = reference_cleared_at(marks)
     if cleared_at is None or step < rule["after"] * cleared_at:
         return ""
     ref = [v for v in reference if v["step"] <= step][-1]
@@ -98,13 +114,15 @@ def shuffled_rows(n, batch, gen, device):
 def train_until(model, batch_loss, steps, lr, validate=None, marks=None, every=1, first=1, lr_scale=None,
                 clip=None, loss_every=1):
     """Adam at `lr` (times lr_scale(step) when given) on batch_loss(step) for steps 1..`steps`, gradients clipped
-    to norm `clip` when given; stops after the first validation whose figures clear `marks` (module doc).
+    to norm `clip` when given; stops after the first validation whose figures clear `marks` (module doc), validating
+    every `every` steps from `first` (or validation_start's later step) on.
 
     history: loss (every loss_every-th step's), val ([{step, figures...}]), steps (taken), stopped_early, hopeless
     (why it stopped as hopeless, or ''), seconds.
     """
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     history = {"loss": [], "val": [], "steps": 0, "stopped_early": False, "hopeless": ""}
+    first = validation_start(marks, first)
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         model.train()

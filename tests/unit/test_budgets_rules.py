@@ -7,7 +7,7 @@ import torch.nn as nn
 from autograder.course.config import parse_course
 from autograder.errors import ConfigError
 from autograder.grading.experiments import untried_seeds, with_stop
-from autograder.harness.training import Marks, hopeless_reason, pass_marks, train_until
+from autograder.harness.training import Marks, hopeless_reason, pass_marks, train_until, validation_start
 
 COURSE = """
 course: tiny
@@ -41,13 +41,15 @@ def marks(cfg, reference=REFERENCE):
 
 def test_the_course_rule_reaches_every_experiments_cfg_and_an_experiment_may_wait_longer():
     exps = experiments()
-    assert exps["learns"].cfg["hopeless"] == {"after": 1.5, "fraction": 0.5}
-    assert exps["late"].cfg["hopeless"] == {"after": 3, "fraction": 0.5}
+    assert exps["learns"].cfg["hopeless"] == {"after": 1.5, "fraction": 0.5, "validate_from": 0.5}
+    assert exps["late"].cfg["hopeless"] == {"after": 3, "fraction": 0.5, "validate_from": 0.5}
     assert experiments(COURSE.replace("experiments: {hopeless_after: 1.5, hopeless_fraction: 0.5, close: 0.2}\n",
-                                      ""))["learns"].cfg["hopeless"] == {"after": 1.0, "fraction": 0.5}
+                                      ""))["learns"].cfg["hopeless"] == {"after": 1.0, "fraction": 0.5,
+                                                                         "validate_from": 0.5}
 
 
-@pytest.mark.parametrize("bad", ["hopeless_after: 0.5", "hopeless_fraction: 1.5", "close: -1", "patience: 2"])
+@pytest.mark.parametrize("bad", ["hopeless_after: 0.5", "hopeless_fraction: 1.5", "close: -1", "validate_from: 2",
+                                 "patience: 2"])
 def test_a_wrong_rule_is_a_config_error_naming_the_key(bad):
     key = bad.split(":")[0]
     with pytest.raises(ConfigError, match=key):
@@ -111,3 +113,23 @@ def test_a_hopeless_stop_explains_a_miss_and_never_fails_figures_that_pass():
     assert with_stop(["acc = 0.1, needs >= 0.8"], run) == ["acc = 0.1, needs >= 0.8", "stopped as hopeless at step 6"]
     assert with_stop([], run) == []
     assert with_stop(["acc = 0.1, needs >= 0.8"], {}) == ["acc = 0.1, needs >= 0.8"]
+
+
+def test_a_run_validates_from_half_the_references_clearing_step_and_still_stops_there():
+    """The reference cleared at step 4: validations start at 2 (0.5 x 4), not at 1; without a curve, or with
+    validate_from 0, they start at `first`. A run that learns as the reference does still stops where it did."""
+    cfg = experiments()["learns"].cfg
+    assert validation_start(marks(cfg), 1) == 2 and validation_start(marks(cfg), 3) == 3
+    assert validation_start(marks(cfg, []), 1) == 1
+    assert validation_start(marks({**cfg, "hopeless": {**cfg["hopeless"], "validate_from": 0}}), 1) == 1
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    x = torch.randn(16, 2)
+    asked = []
+
+    def validate():
+        asked.append(len(asked))
+        return {"acc": 0.95 if len(asked) >= 3 else 0.5}  # clears at its third validation
+
+    history = train_until(model, lambda step: (model(x) ** 2).mean(), 10, 1e-2, validate, marks(cfg))
+    assert [v["step"] for v in history["val"]] == [2, 3, 4] and history["steps"] == 4, history
