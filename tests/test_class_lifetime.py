@@ -184,3 +184,33 @@ def kill_in_the_middle(level, sig, targets, tmp):  # noqa: F811
         _out, err = stop(launcher)
     if sig != signal.SIGKILL:
         assert "interrupted" in err, err[-3000:]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_coordinator_killed_while_its_workers_start_leaves_none(sig, targets, tmp):  # noqa: F811
+    """Killed the moment its pool workers exist, before they have imported anything: a spawned worker reaches
+    its watch seconds later (nbgrader's main module is imported first), when its parent is already init."""
+    launcher = start_batch("namespaces", targets, tmp)
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            procs = table()
+            tree = below(launcher.pid, procs)
+            coordinator, _ = sandboxes_running(launcher.pid, procs)
+            if coordinator and sum("spawn_main" in procs[p][3] for p in tree) == 2:
+                break
+            assert launcher.poll() is None and time.monotonic() < deadline, \
+                f"the batch never started its workers: {stop(launcher)[1][-3000:]}"
+            time.sleep(0.01)
+        os.kill(coordinator, sig)
+        recorded = [(pid, procs[pid][1]) for pid in tree]
+        signalled = time.monotonic()
+        while time.monotonic() - signalled < GONE_WITHIN_SECONDS and \
+                (alive(recorded) or below(launcher.pid, table())):
+            time.sleep(0.2)
+        procs = table()
+        left = {pid: procs[pid][3] for pid in set(alive(recorded)) | set(below(launcher.pid, procs)) if pid in procs}
+        assert not left, f"{len(left)} processes outlived a coordinator {sig.name}ed while its workers started: " \
+                         f"{json.dumps(left, indent=1)}"
+    finally:
+        stop(launcher)

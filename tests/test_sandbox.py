@@ -397,6 +397,38 @@ def test_a_zygote_ends_with_its_grader_even_when_another_process_holds_the_grade
             os.killpg(grader.pid, signal.SIGKILL)
 
 
+STARTING_ZYGOTE = r'''
+import time
+from autograder.sandbox.zygote import ZYGOTE
+ZYGOTE.ensure_started(1)
+print(ZYGOTE.proc.pid, flush=True)
+time.sleep(120)
+'''
+IMPORTS_SECONDS = 1.5  # a zygote's imports (torch, torch._dynamo, matplotlib) take 3 s or more, 5 s on a busy machine
+
+
+def test_a_zygote_ends_with_its_grader_while_it_is_still_importing(tmp_path):
+    """The grader SIGKILLed the moment its zygote has started: the zygote ends at once (a thread watches the grader
+    while it imports), not seconds later when its imports are done and its loop sees the socket closed."""
+    script = tmp_path / "grader.py"
+    script.write_text(STARTING_ZYGOTE)
+    grader = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    try:
+        zygote = int(grader.stdout.readline())
+        zygote = (zygote, started_at(zygote))
+        time.sleep(0.3)  # its own interpreter up, the watch started, torch being imported
+        grader.kill()
+        grader.wait()
+        deadline = time.monotonic() + IMPORTS_SECONDS
+        while running(*zygote) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(*zygote), f"the zygote was still running {IMPORTS_SECONDS} s after its grader's end"
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(grader.pid, signal.SIGKILL)
+
+
 def test_a_sandbox_starts_with_what_every_training_imports_already_loaded():
     """torch._dynamo, which a training's first optimizer imports (about 2 s of CPU), is loaded once in the zygote:
     a sandbox has it before its notebook asks for anything."""

@@ -279,31 +279,56 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
         results_dir = Path(results_dir)
         results_dir.mkdir(parents=True, exist_ok=True)
     results = {}
-    threads = threads_per_worker(workers)
     if workers <= 1:
+        threads = threads_per_worker(workers)
         worker.warm(threads)
         for done, (name, nb) in enumerate(submissions, 1):
             results[name], how = grade_one(name, nb, aid, items, device, results_dir, threads)
             if progress:
                 progress(done, len(submissions), name, results[name], how)
         return [(name, results[name]) for name, _ in submissions]
-    # each worker computes the grader identity itself (identity_here): it imports torch, and the coordinator never does
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=worker.started, initargs=(threads,))
-    try:
-        futures = {pool.submit(worker.run, grade_one, name, nb, aid, items, device, results_dir, threads): name
-                   for name, nb in submissions}
+    with worker_pool(workers, device) as pool:
+        futures = {pool.submit(name, nb, aid, items, results_dir): name for name, nb in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             name = futures[future]
             results[name], how = future.result()
             if progress:
                 progress(done, len(futures), name, results[name], how)
+    return [(name, results[name]) for name, _ in submissions]
+
+
+class WorkerPool:
+    """Warm grading workers taking one submission at a time: `submit` returns a future of grade_one's
+    (result, how). grade_batch submits a list; the nbgrader path submits each notebook as its collecting walk
+    writes it, so that grading starts while nbgrader is still walking the class."""
+
+    def __init__(self, executor, device, threads):
+        self.executor, self.device, self.threads = executor, device, threads
+
+    def submit(self, name, notebook, aid, items=None, results_dir=None):
+        return self.executor.submit(worker.run, grade_one, name, notebook, aid, items, self.device, results_dir,
+                                    self.threads)
+
+
+@contextmanager
+def worker_pool(workers, device):
+    """A WorkerPool of `workers` processes, each warmed (worker.started) when the first submission arrives.
+
+    Left by an exception (an interrupt: KeyboardInterrupt, which `course grade` also makes of SIGTERM), every worker
+    is interrupted too and closes its sandbox, what was being graded gets no result (nothing half-done is saved),
+    and the exception goes on. Left normally, it waits for the gradings under way and cancels those not started.
+    """
+    threads = threads_per_worker(workers)
+    # each worker computes the grader identity itself (identity_here): it imports torch, and the coordinator never does
+    executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=worker.started, initargs=(threads, os.getpid()))
+    try:
+        yield WorkerPool(executor, device, threads)
     except BaseException:
-        _interrupt_workers(pool)
+        _interrupt_workers(executor)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return [(name, results[name]) for name, _ in submissions]
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _interrupt_workers(pool):

@@ -45,11 +45,12 @@ def warm(threads):
     from autograder.grading import grade  # noqa: F401  (pytest, the plugin, the checks)
 
 
-def started(threads):
-    """A pool worker's initializer: watch the coordinator, take interrupts as described above, then warm up."""
+def started(threads, coordinator):
+    """A pool worker's initializer: watch the coordinator (its pid), take interrupts as described above, then warm
+    up."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _interrupted)
-    watch_parent()
+    watch_parent(coordinator)
     warm(threads)
 
 
@@ -71,18 +72,21 @@ def _interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
-def watch_parent():
-    """A daemon thread that interrupts this process when its parent ends, and ends it EXIT_AFTER_SECONDS later.
+def watch_parent(parent):
+    """A daemon thread that interrupts this process when its parent (pid `parent`) ends, and ends it
+    EXIT_AFTER_SECONDS later; ended at once when that parent has already gone.
 
-    A pidfd, not PR_SET_PDEATHSIG, which fires when the parent's *thread* that started us ends (the pool starts
-    workers from whichever thread submits); where pidfds are missing (Linux < 5.3), getppid() is polled.
+    The parent's pid comes from the parent itself: a spawned worker reaches this seconds after it was started (it
+    imports the coordinator's main module first: nbgrader's, for one), and a coordinator killed meanwhile has left
+    it to init, whose pid getppid() would then give. A pidfd, not PR_SET_PDEATHSIG, which fires when the parent's
+    *thread* that started us ends (the pool starts workers from whichever thread submits); where pidfds are
+    missing (Linux < 5.3), getppid() is polled.
     """
-    parent = os.getppid()
     try:
         pidfd = os.pidfd_open(parent)
     except (AttributeError, OSError):
         pidfd = None
-    if os.getppid() != parent:  # gone already: the pidfd may be another process's
+    if os.getppid() != parent:  # gone already (or the pidfd is of a process that took its pid)
         os._exit(1)
 
     def watch():

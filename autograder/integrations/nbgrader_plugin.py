@@ -13,17 +13,19 @@ stops that student with one line saying why, before the gradebook has a score fo
 
 In parallel: `nbgrader autograde` walks the class twice (CourseAutograde.workers, default all cores). The first
 walk has CollectForGrading as its only autograde step: it writes each sanitised notebook as TrustedGrade would grade
-it, and scores nothing. Those are graded at once, `course grade`'s way (batch/scheduler.py grade_class), into a
-results folder; the second walk's TrustedGrade takes each result whose identity (the graded bytes' sha256, the
-whole assignment, the grader) is this grading's, and grades any other itself. The gradebook is written by nbgrader
-alone, as in a serial run. CourseAutograde.scheduler grades them on a running Dask cluster instead; the same three
-steps also run by hand (docs/CLUSTER.md).
+it, and scores nothing. This machine's workers (batch/run.py worker_pool, `course grade`'s) grade each one the
+moment it is written, into a results folder, so that the class is graded while nbgrader is still walking it; the
+second walk's TrustedGrade waits for each student's grading to end and takes the result whose identity (the graded
+bytes' sha256, the whole assignment, the grader) is this grading's, and grades any other itself. The gradebook is
+written by nbgrader alone, as in a serial run. CourseAutograde.scheduler grades them on a running Dask cluster
+instead, once the first walk is done (batch/scheduler.py grade_class); the same three steps also run by hand
+(docs/CLUSTER.md).
 """
 import filecmp
 import logging
 import shutil
 import tempfile
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
 import nbformat
@@ -60,28 +62,59 @@ class CourseAutograde(Autograde):
     _stage = None          # None: nbgrader's own walk; "collect": the first walk of a parallel run; "take": the second
     _pregraded_dir = None  # the second walk's results folder
     _collected = ()        # (assignment, student) the first walk took up
+    _pool = None           # this machine's WorkerPool, grading what the first walk writes
+    _pregrading = None     # (assignment, student) -> the future of its grading in _pool
+    _graded_dir = None     # the results folder of the walk that scores (<assignment>/<student>.json)
 
     def convert_notebooks(self):
         """nbgrader's walk; with several workers or a cluster, a collecting walk and the class graded at once
-        before it."""
+        before the walk that scores (module doc)."""
+        from autograder.batch.run import worker_pool
         from autograder.batch.scheduler import Where
         where = Where(scheduler=self.scheduler) if self.scheduler else Where(workers=self.workers or _cores())
         by_hand = self.config.TrustedGrade.get("results_dir") or \
             not any(_is(pp, TrustedGrade) for pp in self.autograde_preprocessors)  # docs/CLUSTER.md's steps 1 and 3
         if (where.workers <= 1 and not where.on_dask) or by_hand:
             return super().convert_notebooks()
-        with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp:
+        device = self.config.TrustedGrade.get("device", "auto")
+        # this machine's workers grade each notebook the moment the collecting walk has written it; a cluster
+        # grades the class once that walk is done
+        pool = nullcontext() if where.on_dask else worker_pool(where.workers, device)
+        with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp, pool as self._pool:
             pending, graded = Path(tmp) / "pending", Path(tmp) / "graded"
+            self._graded_dir = graded
+            self._pregrading = {}
             # a student the collecting walk cannot take fails again, and is reported, in the walk that scores
             with self._walk("collect", pending), suppress(NbGraderException):
                 super().convert_notebooks()
-            try:
-                self.pregrade(pending, graded, where)
-            except ConfigError as e:  # a cluster that does not answer: one line, and no gradebook written
-                self.log.error(str(e))
-                raise NbGraderException(str(e)) from None
+            if where.on_dask:
+                try:
+                    self.pregrade(pending, graded, where, device)
+                except ConfigError as e:  # a cluster that does not answer: one line, and no gradebook written
+                    self.log.error(str(e))
+                    raise NbGraderException(str(e)) from None
+            for aid in sorted({aid for aid, _ in self._pregrading}):
+                self.log.info("grading %d submissions of %s, %d at once", sum(a == aid for a, _ in self._pregrading),
+                              aid, where.workers)
             with self._walk("take", graded):
                 return super().convert_notebooks()
+
+    def collected(self, aid, student, notebook):
+        """The collecting walk wrote `student`'s notebook: grade it now on this machine's workers, into the
+        results folder of the walk that scores (a student's first notebook; any other is graded in that walk)."""
+        if self._pool is not None and (aid, student) not in self._pregrading:
+            self._pregrading[aid, student] = self._pool.submit(student, notebook, aid,
+                                                               results_dir=self._graded_dir / aid)
+
+    def wait_for_pregrading(self, aid, student):
+        """Until `student`'s grading on this machine's workers has ended (its result saved, or none)."""
+        future = (self._pregrading or {}).get((aid, student))
+        if future is None:
+            return
+        try:
+            future.result()
+        except Exception as e:  # a worker that died: this student is graded in the walk, the others go on
+            self.log.warning("student '%s': grading at once failed (%s: %s)", student, type(e).__name__, e)
 
     @contextmanager
     def _walk(self, stage, folder):
@@ -98,20 +131,18 @@ class CourseAutograde(Autograde):
             self._stage, self._pregraded_dir = None, None
             self.log.setLevel(level)
 
-    def pregrade(self, pending, graded, where):
-        """Grade every collected notebook at once, `course grade`'s way (`where`: this machine's cores or a Dask
-        cluster), into `graded`/<assignment>."""
+    def pregrade(self, pending, graded, where, device):
+        """Grade every collected notebook on the Dask cluster `where` names, `course grade`'s way, into
+        `graded`/<assignment>."""
         from autograder.batch.run import find_submissions
         from autograder.batch.scheduler import grade_class
-        device = self.config.TrustedGrade.get("device", "auto")
         for aid in sorted({aid for aid, _ in self._collected}):
             written = sorted(p for student in {s for a, s in self._collected if a == aid}
                              if (p := pending / aid / student).is_dir())
             subs = find_submissions(written, aid)
             if not subs:
                 continue
-            self.log.info("grading %d submissions of %s, %s", len(subs), aid,
-                          f"on the cluster at {where.scheduler}" if where.on_dask else f"{where.workers} at once")
+            self.log.info("grading %d submissions of %s on the cluster at %s", len(subs), aid, where.scheduler)
 
             def progress(done, total, name, result, how):
                 self.log.info("[%d/%d] %s: %s/%s", done, total, name, result["score"], result["max_score"])
@@ -141,12 +172,15 @@ class CourseAutograde(Autograde):
         self.exporter._preprocessors = []
         if self._stage == "collect":
             folder = self._pregraded_dir / self._current_assignment
-            self.exporter.register_preprocessor(CollectForGrading(folder=str(folder), parent=self), enabled=True)
+            collect = CollectForGrading(folder=str(folder), parent=self)
+            collect.written = self.collected
+            self.exporter.register_preprocessor(collect, enabled=True)
             return
         super()._init_preprocessors()
         for pp in self.exporter._preprocessors:
             if isinstance(pp, TrustedGrade) and not pp.results_dir:
                 pp.results_dir = str(self._pregraded_dir / self._current_assignment)
+                pp.wait_for = self.wait_for_pregrading
 
     def init_assignment(self, assignment_id, student_id):
         self.file_notes = {}
@@ -239,6 +273,7 @@ class TrustedGrade(NbGraderPreprocessor):
     results_dir = Unicode("", help="a folder of results pre-graded in parallel (`course grade PENDING --results-dir "
                           "DIR` after a CollectForGrading pass): a student's result there is used when it graded these "
                           "very bytes with this grader, else the notebook is graded here").tag(config=True)
+    wait_for = None  # (assignment, student) -> None once that student's grading at once has ended (CourseAutograde)
 
     def preprocess(self, nb, resources):
         aid = resources["nbgrader"]["assignment"]
@@ -281,6 +316,8 @@ class TrustedGrade(NbGraderPreprocessor):
         if not self.results_dir:
             return None
         import hashlib
+        if self.wait_for is not None:
+            self.wait_for(aid, student)
 
         from autograder.batch.run import _saved, grader_identity, grading_identity, same_grading
         saved = _saved(Path(self.results_dir) / f"{student}.json")
@@ -301,6 +338,7 @@ class CollectForGrading(NbGraderPreprocessor):
     `nbgrader autograde --force` with TrustedGrade.results_dir=DIR writes the gradebook from those results."""
 
     folder = Unicode("", help="where the notebooks to grade are written").tag(config=True)
+    written = None  # (assignment, student, path) -> None, told of each notebook written (CourseAutograde.collected)
 
     def preprocess(self, nb, resources):
         if not self.folder:
@@ -310,6 +348,8 @@ class CollectForGrading(NbGraderPreprocessor):
         out = Path(self.folder) / info["student"] / f"{info['notebook']}.ipynb"  # graded under TrustedGrade's name
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(nbformat.writes(nb).encode())
+        if self.written is not None:
+            self.written(info["assignment"], info["student"], out)
         return nb, resources
 
 

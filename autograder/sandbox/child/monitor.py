@@ -192,6 +192,7 @@ def zygote(control_fd, import_path=None):
     # the grader's own end (a pidfd: the socket's end may also be held by a process the grader forked); each
     # monitor watches its own lifeline: a Ctrl-C meant for the grader is not for these processes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    imported = exit_with(grader)  # the imports take seconds on a busy machine: a grader that ends meanwhile ends us
     import numpy  # noqa: E401, F401 -- imported once, shared copy-on-write
     helpers.load_helpers()
     threads = os.environ.get("OMP_NUM_THREADS", "")
@@ -204,6 +205,7 @@ def zygote(control_fd, import_path=None):
             __import__(name)
     with contextlib.suppress(Exception):  # every training's first optimizer imports it (torch._disable_dynamo):
         import torch._dynamo  # noqa: F401 -- ~2 s of CPU once here, not in every sandbox (its pages shared)
+    imported()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)       # monitors are reaped by the kernel
     sock = socket.socket(fileno=control_fd)
     while wait_for_request(sock, grader):
@@ -232,6 +234,29 @@ def grader_watch():
         os.close(pidfd)
         sys.exit(0)
     return pidfd
+
+
+def exit_with(grader):
+    """A thread that ends this process as soon as the grader (a pidfd) ends; the function returned stops it, before
+    the first fork (a sandbox must not start with a copy of it)."""
+    import threading
+    if grader is None:
+        return lambda: None
+    stop = threading.Event()
+
+    def watch():
+        import select
+        while not stop.is_set():
+            if select.select([grader], [], [], 0.1)[0]:
+                os._exit(0)
+
+    thread = threading.Thread(target=watch, name="course-grader-watch", daemon=True)
+    thread.start()
+
+    def stopped():
+        stop.set()
+        thread.join()
+    return stopped
 
 
 def wait_for_request(sock, grader):
