@@ -165,3 +165,31 @@ def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by
         for student in ("alice", "bob", "carol"):
             assert autograded_outputs(roots[parallel], aid, student) == autograded_outputs(roots[1], aid, student), \
                 (parallel, student)
+
+
+def test_autograde_on_a_cluster_that_does_not_answer_is_one_line_and_scores_nobody(tmp_path):
+    """`--CourseAutograde.scheduler` naming a cluster nobody runs: nbgrader stops with the one line naming it, no
+    traceback, no autograded notebook left (the collecting walk's copies removed) and no grade in the gradebook."""
+    import os
+    import subprocess
+    import sys
+    aid = "lab14_transformers"
+    (tmp_path / "source").mkdir()
+    shutil.copytree(ROOT / "assignments" / aid, tmp_path / "source" / aid)
+    (tmp_path / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                                root=str(tmp_path)))
+    assert run_nbgrader(["generate_assignment", aid, "--force"], tmp_path).returncode == 0
+    for student in ("alice", "bob"):
+        (tmp_path / "submitted" / student / aid).mkdir(parents=True)
+        nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)),
+                       tmp_path / "submitted" / student / aid / f"{aid}.ipynb")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", aid,
+                           "--CourseAutograde.scheduler=tcp://127.0.0.1:9"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "the Dask scheduler at tcp://127.0.0.1:9 did not answer" in log, log[-3000:]
+    assert "Traceback" not in log and "pre-graded result taken" not in log, log[-3000:]
+    assert not list((tmp_path / "autograded").rglob("*.ipynb")), "a notebook was autograded"
+    assert not any(gradebook_scores(tmp_path, aid).values()), gradebook_scores(tmp_path, aid)

@@ -14,12 +14,12 @@ stops that student with one line saying why, before the gradebook has a score fo
 In parallel: `nbgrader autograde` walks the class twice (CourseAutograde.workers, default all cores). The first
 walk has CollectForGrading as its only autograde step: it writes each sanitised notebook as TrustedGrade would grade
 it, and scores nothing. This machine's workers (batch/run.py worker_pool, `course grade`'s) grade each one the
-moment it is written, into a results folder, so that the class is graded while nbgrader is still walking it; the
-second walk's TrustedGrade waits for each student's grading to end and takes the result whose identity (the graded
-bytes' sha256, the whole assignment, the grader) is this grading's, and grades any other itself. The gradebook is
-written by nbgrader alone, as in a serial run. CourseAutograde.scheduler grades them on a running Dask cluster
-instead, once the first walk is done (batch/scheduler.py grade_class); the same three steps also run by hand
-(docs/CLUSTER.md).
+moment it is written, into a results folder, so that the class is graded while nbgrader is still walking it;
+CourseAutograde.scheduler grades them on a running Dask cluster instead, once the first walk is done
+(batch/scheduler.py grade_class). The second walk begins at once: its TrustedGrade waits for each student's grading
+to end and takes the result whose identity (the graded bytes' sha256, the whole assignment, the grader) is this
+grading's, and grades any other itself. The gradebook is written by nbgrader alone, as in a serial run. The same
+three steps also run by hand (docs/CLUSTER.md).
 """
 import filecmp
 import logging
@@ -63,7 +63,7 @@ class CourseAutograde(Autograde):
     _pregraded_dir = None  # the second walk's results folder
     _collected = ()        # (assignment, student) the first walk took up
     _pool = None           # this machine's WorkerPool, grading what the first walk writes
-    _pregrading = None     # (assignment, student) -> the future of its grading in _pool
+    _pregrading = None     # (assignment, student) -> the future of its grading (in _pool, or on the cluster)
     _graded_dir = None     # the results folder of the walk that scores (<assignment>/<student>.json)
 
     def convert_notebooks(self):
@@ -78,7 +78,7 @@ class CourseAutograde(Autograde):
             return super().convert_notebooks()
         device = self.config.TrustedGrade.get("device", "auto")
         # this machine's workers grade each notebook the moment the collecting walk has written it; a cluster
-        # grades the class once that walk is done
+        # grades the class once that walk is done, while the walk that scores takes each result as it comes
         pool = nullcontext() if where.on_dask else worker_pool(where.workers, device)
         with tempfile.TemporaryDirectory(prefix="course-nbgrader-") as tmp, pool as self._pool:
             pending, graded = Path(tmp) / "pending", Path(tmp) / "graded"
@@ -88,14 +88,11 @@ class CourseAutograde(Autograde):
             with self._walk("collect", pending), suppress(NbGraderException):
                 super().convert_notebooks()
             if where.on_dask:
-                try:
-                    self.pregrade(pending, graded, where, device)
-                except ConfigError as e:  # a cluster that does not answer: one line, and no gradebook written
-                    self.log.error(str(e))
-                    raise NbGraderException(str(e)) from None
-            for aid in sorted({aid for aid, _ in self._pregrading}):
-                self.log.info("grading %d submissions of %s, %d at once", sum(a == aid for a, _ in self._pregrading),
-                              aid, where.workers)
+                self.pregrade_on_dask(pending, graded, where, device)
+            else:
+                for aid in sorted({aid for aid, _ in self._pregrading}):
+                    self.log.info("grading %d submissions of %s, %d at once",
+                                  sum(a == aid for a, _ in self._pregrading), aid, where.workers)
             with self._walk("take", graded):
                 return super().convert_notebooks()
 
@@ -107,7 +104,8 @@ class CourseAutograde(Autograde):
                                                                results_dir=self._graded_dir / aid)
 
     def wait_for_pregrading(self, aid, student):
-        """Until `student`'s grading on this machine's workers has ended (its result saved, or none)."""
+        """Until `student`'s grading on this machine's workers or the cluster has ended (its result saved, or
+        none)."""
         future = (self._pregrading or {}).get((aid, student))
         if future is None:
             return
@@ -131,9 +129,46 @@ class CourseAutograde(Autograde):
             self._stage, self._pregraded_dir = None, None
             self.log.setLevel(level)
 
-    def pregrade(self, pending, graded, where, device):
+    def pregrade_on_dask(self, pending, graded, where, device):
+        """Grade the collected notebooks on the Dask cluster `where` names, in a thread, each student's grading a
+        future in _pregrading; return once the cluster has answered. One that does not answer is one line, and no
+        gradebook is written; one that fails later leaves its students to be graded in the walk."""
+        import threading
+        from concurrent.futures import Future
+        self._pregrading = {key: Future() for key in self._collected}
+        answered, failed = threading.Event(), []
+
+        def said(line):  # the cluster's scheduler and dashboard: it has answered
+            self.log.info(line)
+            answered.set()
+
+        def graded_one(aid, student):
+            future = self._pregrading.get((aid, student))
+            if future is not None and not future.done():
+                future.set_result(None)
+
+        def grade():
+            try:
+                self.pregrade(pending, graded, where, device, said, graded_one)
+            except BaseException as e:
+                failed.append(e)
+            finally:
+                answered.set()
+                for future in self._pregrading.values():
+                    if not future.done():
+                        future.set_exception(failed[0] if failed else RuntimeError("the cluster returned no result"))
+
+        threading.Thread(target=grade, name="course-dask-grading", daemon=True).start()
+        answered.wait()
+        if failed and isinstance(failed[0], ConfigError):
+            self.log.error(str(failed[0]))
+            for aid, student in self._collected:  # the first walk's ungraded copies, as nbgrader removes a failure's
+                shutil.rmtree(self._format_dest(aid, student), ignore_errors=True)
+            raise NbGraderException(str(failed[0])) from None
+
+    def pregrade(self, pending, graded, where, device, say, graded_one):
         """Grade every collected notebook on the Dask cluster `where` names, `course grade`'s way, into
-        `graded`/<assignment>."""
+        `graded`/<assignment>; `graded_one(assignment, student)` as each is done."""
         from autograder.batch.run import find_submissions
         from autograder.batch.scheduler import grade_class
         for aid in sorted({aid for aid, _ in self._collected}):
@@ -144,10 +179,10 @@ class CourseAutograde(Autograde):
                 continue
             self.log.info("grading %d submissions of %s on the cluster at %s", len(subs), aid, where.scheduler)
 
-            def progress(done, total, name, result, how):
+            def progress(done, total, name, result, how, aid=aid):
                 self.log.info("[%d/%d] %s: %s/%s", done, total, name, result["score"], result["max_score"])
-            grade_class(subs, aid, device=device, where=where, results_dir=graded / aid, progress=progress,
-                        say=self.log.info)
+                graded_one(aid, name)
+            grade_class(subs, aid, device=device, where=where, results_dir=graded / aid, progress=progress, say=say)
 
     def init_destination(self, assignment_id, student_id):
         """The second walk takes up exactly the students the first one did (their collected copy replaced): those
