@@ -287,6 +287,19 @@ def test_the_coordinator_of_a_batch_imports_no_torch_and_its_workers_compute_the
     assert {r["extra_data"]["grading"]["grader"] for r in saved} == {grader_identity(AID, "cpu")}
 
 
+def test_a_process_that_grades_under_two_course_files_has_the_identity_of_each(tmp_path, monkeypatch):
+    """The grader identity a process keeps (identity_here: a worker grades many) is the course's it grades under:
+    switching COURSE_CONFIG in the same process (a test, a long-lived worker) gives the other course's identity,
+    the one a fresh process computes, not the first one's (a rerun would regrade what it should reuse)."""
+    from autograder.batch.run import grader_identity, identity_here
+    first = identity_here(AID, "cpu")
+    other = tmp_path / "course.yaml"
+    other.write_text(Path(load_course().path).read_text().replace("\nseed: ", "\nseed: 1", 1))  # 8128 -> 18128
+    monkeypatch.setenv("COURSE_CONFIG", str(other))
+    assert load_course().seed == 18128
+    assert identity_here(AID, "cpu") == grader_identity(AID, "cpu") != first
+
+
 @pytest.mark.slow
 @pytest.mark.experiment
 def test_a_notebook_gets_the_same_points_with_one_and_with_two_threads(tmp_path, monkeypatch):

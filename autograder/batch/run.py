@@ -32,7 +32,7 @@ from autograder.grading.cache import atomic_write, libraries
 from autograder.sandbox.zygote import threads_per_worker
 
 WORKER_EXIT_SECONDS = 5  # an interrupted worker closes its sandbox and lock in well under this
-_identities = {}  # (assignment, device) -> grader_identity, computed once per process
+_identities = {}  # (assignment, device, course.yaml, course root) -> grader_identity, once per process
 
 
 def find_submissions(paths, aid):
@@ -139,10 +139,12 @@ def grader_identity(aid, device="auto"):
 
 
 def identity_here(aid, device):
-    """This process's grader identity for (assignment, device), computed once (a worker grades many)."""
-    if (aid, device) not in _identities:
-        _identities[aid, device] = grader_identity(aid, device)
-    return _identities[aid, device]
+    """This process's grader identity for (assignment, device), computed once per course (a worker grades many;
+    a process that grades under two course.yaml files, or two course folders, has one identity for each)."""
+    key = (aid, device, str(load_course().path), str(course_root()))
+    if key not in _identities:
+        _identities[key] = grader_identity(aid, device)
+    return _identities[key]
 
 
 def file_digest(path):

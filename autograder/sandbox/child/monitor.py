@@ -192,8 +192,8 @@ def zygote(control_fd, import_path=None):
     # the grader's own end (a pidfd: the socket's end may also be held by a process the grader forked); each
     # monitor watches its own lifeline: a Ctrl-C meant for the grader is not for these processes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    imported = exit_with(grader)  # the imports take seconds on a busy machine: a grader that ends meanwhile ends us
     import numpy  # noqa: E401, F401 -- imported once, shared copy-on-write
+    imported = exit_with(grader)  # the imports take seconds on a busy machine: a grader that ends meanwhile ends us
     helpers.load_helpers()
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
