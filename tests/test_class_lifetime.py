@@ -86,6 +86,16 @@ def alive(recorded):
     return [pid for pid, start in recorded if pid in procs and procs[pid][1] == start and procs[pid][2] != "Z"]
 
 
+def left_after(launcher, recorded):
+    """{pid: command line} of what is still running GONE_WITHIN_SECONDS after the coordinator was signalled: of the
+    recorded (pid, start time), and anything still below the launcher."""
+    signalled = time.monotonic()
+    while time.monotonic() - signalled < GONE_WITHIN_SECONDS and (alive(recorded) or below(launcher.pid, table())):
+        time.sleep(0.2)
+    procs = table()
+    return {pid: procs[pid][3] for pid in set(alive(recorded)) | set(below(launcher.pid, procs)) if pid in procs}
+
+
 def sandboxes_running(launcher, procs):
     """The coordinator's pid and how many sandboxes run (children of a monitor: the zygote's forks)."""
     tree = below(launcher, procs)
@@ -170,14 +180,7 @@ def kill_in_the_middle(level, sig, targets, tmp):  # noqa: F811
                  "zygotes and monitors": sum(CHILD_MAIN in procs[p][3] for p in tree)}
         assert kinds["workers"] == 2 and kinds["zygotes and monitors"] >= 4, (kinds, [procs[p][3] for p in tree])
         os.kill(coordinator, sig)
-        signalled = time.monotonic()
-        while time.monotonic() - signalled < GONE_WITHIN_SECONDS:
-            left = set(alive(recorded)) | set(below(launcher.pid, table()))
-            if not left:
-                break
-            time.sleep(0.2)
-        procs = table()
-        left = {pid: procs[pid][3] for pid in set(alive(recorded)) | set(below(launcher.pid, procs)) if pid in procs}
+        left = left_after(launcher, recorded)
         assert not left, f"{len(left)} of the batch's {len(recorded)} processes outlived its coordinator by " \
                          f"{GONE_WITHIN_SECONDS} s after {sig.name}: {json.dumps(left, indent=1)}"
     finally:
@@ -203,13 +206,7 @@ def test_a_coordinator_killed_while_its_workers_start_leaves_none(sig, targets, 
                 f"the batch never started its workers: {stop(launcher)[1][-3000:]}"
             time.sleep(0.01)
         os.kill(coordinator, sig)
-        recorded = [(pid, procs[pid][1]) for pid in tree]
-        signalled = time.monotonic()
-        while time.monotonic() - signalled < GONE_WITHIN_SECONDS and \
-                (alive(recorded) or below(launcher.pid, table())):
-            time.sleep(0.2)
-        procs = table()
-        left = {pid: procs[pid][3] for pid in set(alive(recorded)) | set(below(launcher.pid, procs)) if pid in procs}
+        left = left_after(launcher, [(pid, procs[pid][1]) for pid in tree])
         assert not left, f"{len(left)} processes outlived a coordinator {sig.name}ed while its workers started: " \
                          f"{json.dumps(left, indent=1)}"
     finally:

@@ -377,24 +377,12 @@ time.sleep(120)
 def test_a_zygote_ends_with_its_grader_even_when_another_process_holds_the_grader_end_of_its_socket(tmp_path):
     """The grader SIGKILLed while a process it forked keeps its end of the control socket open: the zygote still
     sees its grader end (a pidfd of its parent) and exits, rather than idling for as long as that fork lives."""
-    script = tmp_path / "grader.py"
-    script.write_text(ORPHANED_ZYGOTE)
-    grader = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
-    try:
-        zygote = int(grader.stdout.readline())
-        zygote = (zygote, started_at(zygote))
+    with grader_and_zygote(tmp_path, ORPHANED_ZYGOTE) as (grader, zygote):
         time.sleep(1)
         assert running(*zygote), "the zygote should run while its grader does"
         grader.kill()
         grader.wait()
-        deadline = time.monotonic() + 60  # it notices once torch is imported and its loop starts
-        while running(*zygote) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not running(*zygote), "the zygote outlived its grader"
-    finally:
-        with contextlib.suppress(OSError):
-            os.killpg(grader.pid, signal.SIGKILL)
+        assert gone_within(zygote, 60), "the zygote outlived its grader"  # its loop, after torch, notices
 
 
 STARTING_ZYGOTE = r'''
@@ -410,23 +398,36 @@ IMPORTS_SECONDS = 1.5  # a zygote's imports (torch, torch._dynamo, matplotlib) t
 def test_a_zygote_ends_with_its_grader_while_it_is_still_importing(tmp_path):
     """The grader SIGKILLed the moment its zygote has started: the zygote ends at once (a thread watches the grader
     while it imports), not seconds later when its imports are done and its loop sees the socket closed."""
+    with grader_and_zygote(tmp_path, STARTING_ZYGOTE) as (grader, zygote):
+        time.sleep(0.3)  # its own interpreter up, the watch started, torch being imported
+        grader.kill()
+        grader.wait()
+        assert gone_within(zygote, IMPORTS_SECONDS), \
+            f"the zygote was still running {IMPORTS_SECONDS} s after its grader's end"
+
+
+@contextlib.contextmanager
+def grader_and_zygote(tmp_path, script_text):
+    """(the grader process running `script_text`, its zygote's (pid, start time) as the script prints it); the
+    grader's whole session killed at the end."""
     script = tmp_path / "grader.py"
-    script.write_text(STARTING_ZYGOTE)
+    script.write_text(script_text)
     grader = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
     try:
         zygote = int(grader.stdout.readline())
-        zygote = (zygote, started_at(zygote))
-        time.sleep(0.3)  # its own interpreter up, the watch started, torch being imported
-        grader.kill()
-        grader.wait()
-        deadline = time.monotonic() + IMPORTS_SECONDS
-        while running(*zygote) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not running(*zygote), f"the zygote was still running {IMPORTS_SECONDS} s after its grader's end"
+        yield grader, (zygote, started_at(zygote))
     finally:
         with contextlib.suppress(OSError):
             os.killpg(grader.pid, signal.SIGKILL)
+
+
+def gone_within(process, seconds):
+    """Whether `process` ((pid, start time)) has ended within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while running(*process) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running(*process)
 
 
 def test_a_sandbox_starts_with_what_every_training_imports_already_loaded():
