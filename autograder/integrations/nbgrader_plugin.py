@@ -67,8 +67,8 @@ class CourseAutograde(Autograde):
     _graded_dir = None     # the results folder of the walk that scores (<assignment>/<student>.json)
 
     def convert_notebooks(self):
-        """nbgrader's walk; with several workers or a cluster, a collecting walk and the class graded at once
-        before the walk that scores (module doc)."""
+        """nbgrader's walk; with several workers or a cluster, a collecting walk, the class graded at once, and the
+        walk that scores taking each student's result as it is done (module doc)."""
         from autograder.batch.run import worker_pool
         from autograder.batch.scheduler import Where
         where = Where(scheduler=self.scheduler) if self.scheduler else Where(workers=self.workers or _cores())
@@ -111,7 +111,7 @@ class CourseAutograde(Autograde):
             return
         try:
             future.result()
-        except Exception as e:  # a worker that died: this student is graded in the walk, the others go on
+        except Exception as e:  # a worker that died, a cluster gone: this student is graded in the walk
             self.log.warning("student '%s': grading at once failed (%s: %s)", student, type(e).__name__, e)
 
     @contextmanager
@@ -131,8 +131,8 @@ class CourseAutograde(Autograde):
 
     def pregrade_on_dask(self, pending, graded, where, device):
         """Grade the collected notebooks on the Dask cluster `where` names, in a thread, each student's grading a
-        future in _pregrading; return once the cluster has answered. One that does not answer is one line, and no
-        gradebook is written; one that fails later leaves its students to be graded in the walk."""
+        future in _pregrading; return once the cluster has answered. One that does not answer is one line, nobody is
+        scored and the first walk's copies are removed; one that fails later leaves its students to the walk."""
         import threading
         from concurrent.futures import Future
         self._pregrading = {key: Future() for key in self._collected}
