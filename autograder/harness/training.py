@@ -21,6 +21,8 @@ import time
 import torch
 import torch.nn as nn
 
+from .adam import Adam
+
 
 def data_seeds(seed, stride=1000):
     """Disjoint generator seeds for training, validation and test data; seed 0 trains on the lecture's own."""
@@ -120,21 +122,18 @@ def train_until(model, batch_loss, steps, lr, validate=None, marks=None, every=1
     history: loss (every loss_every-th step's), val ([{step, figures...}]), steps (taken), stopped_early, hopeless
     (why it stopped as hopeless, or ''), seconds.
     """
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = Adam(model.parameters(), lr=lr)  # torch.optim.Adam's arithmetic, without torch._dynamo's import (adam.py)
     history = {"loss": [], "val": [], "steps": 0, "stopped_early": False, "hopeless": ""}
     first = validation_start(marks, first)
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         model.train()
-        if lr_scale is not None:
-            for group in opt.param_groups:
-                group["lr"] = lr * lr_scale(step)
         loss = batch_loss(step)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
         if clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
+        opt.step(lr if lr_scale is None else lr * lr_scale(step))
         history["steps"] = step
         if step % loss_every == 0:
             history["loss"].append(loss.item())

@@ -1,7 +1,8 @@
 """The zygote: one process per grader that has imported torch and forks each sandbox from there.
 
-It also imports, once, what notebooks' setup cells import and what every training's first optimizer imports
-(torch._dynamo, about 2 s of CPU): each sandbox inherits them (child/monitor.py zygote).
+It also imports, once, what notebooks' setup cells import: each sandbox inherits them. What a sandbox may import
+later and costs seconds (torch._dynamo, which torch.optim's first optimizer imports) it imports only once its first
+sandbox has forked, while it waits for the next request: no grading waits for it (child/monitor.py zygote).
 
 Started from child/__main__.py with the grader's import path less the course and an environment with nothing of
 the grader's but its thread count (import_path, sandbox_env); a sandbox then starts in milliseconds, not in torch's

@@ -173,6 +173,11 @@ def monitor(cfg, fds):
 PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransformer2", "ipywidgets", "scipy.linalg",
            "math", "random", "inspect", "types", "json", "typing", "dataclasses", "collections", "itertools",
            "functools")
+# What a sandbox may import later, and costs seconds: loaded once the first sandbox has forked, so that a grading
+# never waits for it and the sandboxes forked after it inherit it. torch.optim's first optimizer imports
+# torch._dynamo (about 2 s of CPU): the harnesses' training does not (harness/adam.py), a student's may (w8l1's
+# train_linear_ae).
+PRELOAD_WHEN_IDLE = ("torch._dynamo",)
 
 
 def zygote(control_fd, import_path=None):
@@ -203,11 +208,10 @@ def zygote(control_fd, import_path=None):
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox
         with contextlib.suppress(Exception):  # optional: a missing package is the notebook's own business
             __import__(name)
-    with contextlib.suppress(Exception):  # every training's first optimizer imports it (torch._disable_dynamo):
-        import torch._dynamo  # noqa: F401 -- ~2 s of CPU once here, not in every sandbox (its pages shared)
     imported()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)       # monitors are reaped by the kernel
     sock = socket.socket(fileno=control_fd)
+    later = list(PRELOAD_WHEN_IDLE)
     while wait_for_request(sock, grader):
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 5)
         if not msg:
@@ -221,6 +225,9 @@ def zygote(control_fd, import_path=None):
             monitor(cfg, fds)
         for fd in fds:
             os.close(fd)
+        while later and not request_waiting(sock):  # after the first fork, while no sandbox waits for one
+            with contextlib.suppress(Exception):
+                __import__(later.pop(0))
 
 
 def grader_watch():
@@ -257,6 +264,12 @@ def exit_with(grader):
         stop.set()
         thread.join()
     return stopped
+
+
+def request_waiting(sock):
+    """Whether a sandbox's request is already there to read."""
+    import select
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 def wait_for_request(sock, grader):
