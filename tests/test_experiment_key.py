@@ -134,9 +134,9 @@ def test_grading_code_changes_the_identity_and_only_training_code_the_experiment
 
 
 def test_the_sandbox_is_sent_the_harness_it_imports():
-    """The harness's own module last, after the harness modules it imports (the shared training loop first)."""
-    assert list(harness_sources(AID)) == ["training", "w8l1_red_square", AID]
-    assert list(harness_sources("lab14_transformers")) == ["training", "lab14_transformers"]
+    """The harness's own module last, after the harness modules it imports (the shared loop and its optimizer first)."""
+    assert list(harness_sources(AID)) == ["adam", "training", "w8l1_red_square", AID]
+    assert list(harness_sources("lab14_transformers")) == ["adam", "training", "lab14_transformers"]
     assert harness_sources(AID)[AID] == (ROOT / "autograder" / "harness" / f"{AID}.py").read_text()
 
 
