@@ -76,11 +76,15 @@ class Server:
 
     # --- transport -------------------------------------------------------------------------------
     def send(self, msg, blob=b""):
-        """One message (sandbox_protocol.frame); a process the student forked never speaks for the sandbox."""
-        if os.getpid() != self.pid:
-            os._exit(0)
+        """One message (sandbox_protocol.frame)."""
+        self.only_the_server()
         self.resp.write(helpers.PROTOCOL.frame(msg, blob))
         self.resp.flush()
+
+    def only_the_server(self):
+        """A process the student forked that came back into this loop never speaks or kills for the sandbox."""
+        if os.getpid() != self.pid:
+            os._exit(0)
 
     def receive(self):
         """The grader's next request (its tensors' bytes kept in self.blob); None when the grader closed."""
@@ -96,8 +100,8 @@ class Server:
         while (msg := self.receive()) is not None:
             answer, blob = self.answer(msg)
             self.flush_output()  # what the request printed is read with its answer, not one request later
+            self.end_strays()  # before the answer: once the grader has it, nothing the request started still runs
             self.send(answer, blob)
-            self.end_strays()
 
     def answer(self, msg):
         """(answer, blob) for one request: the student's exception, or a limit it reached, is an answer too."""
@@ -134,6 +138,7 @@ class Server:
 
     def end_strays(self):
         """Processes the student's code started during a request end with it (a fresh uid: all are the student's)."""
+        self.only_the_server()  # (from a fork, kill(-1) would end the sandbox's own process)
         if not self.cfg["isolate"]:
             return
         try:
