@@ -139,6 +139,20 @@ def test_an_endless_call_is_stopped_at_its_deadline_and_the_next_call_works():
         assert sb.restarts == 1
 
 
+def test_a_first_start_through_ensure_is_no_restart():
+    """An experiment's own sandbox is first started by its training's ensure(): results.json's `restarts` counts
+    only a process started again after one ended."""
+    sb = sandbox_of(("ok", "def ok():\n    return 7\n"))
+    try:
+        sb.ensure()
+        assert ask(sb, "ok") == 7 and sb.restarts == 0
+        sb.kill()
+        sb.ensure()
+        assert ask(sb, "ok") == 7 and sb.restarts == 1
+    finally:
+        sb.kill()
+
+
 def test_a_memory_blow_up_is_killed_with_a_message():
     with sandbox_of(("hog", "import torch\ndef hog():\n    x = torch.ones(600, 2**20)\n    y = x + 1\n    return 0\n"),
                     limits=LIMITS.model_copy(update={"memory_mb": 1200})) as sb:
@@ -331,6 +345,29 @@ def test_two_sandboxes_never_share_a_uid(monkeypatch):
     assert uid == leases[0][0], "a released uid is free again"
 
 
+def test_a_sandbox_abandoned_from_another_thread_ends_its_request_and_never_starts_again():
+    """grading/ahead.py's close(): a session that ended early ends the experiments still training beside it. The
+    thread waiting on the sandbox gets a failure at once (not at its deadline), and a restart is refused."""
+    import threading
+    failures = []
+
+    def call(sb):
+        try:
+            ask(sb, "nap", seconds=120)
+        except SandboxFailure as e:
+            failures.append(e)
+    with sandbox_of(("nap", "import time\ndef nap():\n    time.sleep(600)\n")) as sb:
+        caller = threading.Thread(target=call, args=(sb,))
+        caller.start()
+        caller.join(1)
+        sb.abandon()
+        caller.join(30)
+        assert not caller.is_alive(), "the call went on after its sandbox was abandoned"
+        assert len(failures) == 1 and failures[0].kind != "timeout", failures
+        with pytest.raises(SandboxFailure, match="the grading it was for has ended"):
+            sb.ensure()
+
+
 def test_parallel_sandboxes_get_their_share_of_the_cores():
     """With several submissions graded at once each sandbox runs torch on its share of the cores, at most
     course.yaml's `threads`."""
@@ -340,6 +377,10 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
     assert threads_per_worker(1) == min(most, cores), "one worker gets its share explicitly"
     assert threads_per_worker(2) == max(1, min(most, cores // 2))
     assert threads_per_worker(4 * cores) == 1
+    from autograder.sandbox.zygote import experiments_at_once
+    for workers in (1, 2, 4 * cores):  # the experiments a grading trains at once fill its share, never more
+        share = max(1, cores // workers)
+        assert experiments_at_once(workers) * threads_per_worker(workers) in range(share - most + 1, share + 1)
     with sandbox_of(("setup_t", "import os, torch\ndef threads():\n"
                                 "    return torch.get_num_threads(), int(os.environ['OMP_NUM_THREADS'])\n"),
                     threads=1) as sb:

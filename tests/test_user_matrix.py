@@ -130,6 +130,8 @@ def test_course_grade_a_folder_rerun_csv_a_notebook_the_pytest_command_and_repor
     code, out, err = course(capsys, "grade", subs["complete"], "-a", aid, "--items", ",".join(items), "--device", "cpu",
                             "--json", one)
     assert code == 0, out + err
+    a, b = without_timings(json.loads(one.read_text()))["extra_data"], without_timings(saved["complete"])["extra_data"]
+    assert a == b, json.dumps({k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)})[:3000]
     assert without_timings(json.loads(one.read_text())) == without_timings(saved["complete"])
 
     # the TA's pytest command on the same notebook (the entry-point plugin, pytest's own options)

@@ -29,7 +29,7 @@ from autograder.batch import worker
 from autograder.course.config import course_root, load_course
 from autograder.errors import setup_problem
 from autograder.grading.cache import atomic_write, libraries
-from autograder.sandbox.zygote import threads_per_worker
+from autograder.sandbox.zygote import experiments_at_once, threads_per_worker
 
 WORKER_EXIT_SECONDS = 5  # an interrupted worker closes its sandbox and lock in well under this
 _identities = {}  # (assignment, device, course.yaml, course root) -> grader_identity, once per process
@@ -153,18 +153,21 @@ def file_digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
-def grade_one(name, notebook, aid, items, device, results_dir, threads=None, grader=None):
+def grade_one(name, notebook, aid, items, device, results_dir, threads=None, grader=None, at_once=1):
     """(result, how): how is 'graded', 'reused' (the saved result is the same grading) or 'merged' (the items
-    regraded into the saved result); under a lock, so that runs sharing a results folder grade each once."""
+    regraded into the saved result); under a lock, so that runs sharing a results folder grade each once.
+    `threads`: each sandbox's CPU threads; `at_once`: the experiments trained side by side (zygote.py's
+    experiments_at_once)."""
     if results_dir is None:
-        return _grade(name, notebook, aid, items, device, threads), "graded"
+        return _grade(name, notebook, aid, items, device, threads, at_once), "graded"
     identity = grading_identity(aid, file_digest(notebook), items, grader or identity_here(aid, device))
     out = result_path(results_dir, name)
     with result_lock(lock_path(out)):
         saved = _saved(out)
         if same_grading(saved, identity):
             return saved, "reused"
-        return stored(out, _grade(name, notebook, aid, items, device, threads), saved, identity, items, notebook)
+        return stored(out, _grade(name, notebook, aid, items, device, threads, at_once), saved, identity, items,
+                      notebook)
 
 
 def grading_identity(aid, submission, items, grader):
@@ -256,10 +259,11 @@ def result_lock(path):
         lock.close()
 
 
-def _grade(name, notebook, aid, items, device, threads=None):
+def _grade(name, notebook, aid, items, device, threads=None, at_once=1):
     from autograder.grading.grade import grade_notebook
     try:
-        return grade_notebook(notebook, aid, items=items, device=device, threads=threads)
+        return grade_notebook(notebook, aid, items=items, device=device, threads=threads,
+                              experiments_at_once=at_once)
     except Exception as e:  # a grader bug on one submission must not stop the batch
         problem = setup_problem(e)
         return failed_result(aid, name, f"the grader failed on this submission ({type(e).__name__}: {e}); "
@@ -285,7 +289,8 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
         threads = threads_per_worker(workers)
         worker.warm(threads)
         for done, (name, nb) in enumerate(submissions, 1):
-            results[name], how = grade_one(name, nb, aid, items, device, results_dir, threads)
+            results[name], how = grade_one(name, nb, aid, items, device, results_dir, threads,
+                                           at_once=experiments_at_once(workers))
             if progress:
                 progress(done, len(submissions), name, results[name], how)
         return [(name, results[name]) for name, _ in submissions]
@@ -304,12 +309,12 @@ class WorkerPool:
     (result, how). grade_batch submits a list; the nbgrader path submits each notebook as its collecting walk
     writes it, so that grading starts while nbgrader is still walking the class."""
 
-    def __init__(self, executor, device, threads):
-        self.executor, self.device, self.threads = executor, device, threads
+    def __init__(self, executor, device, threads, at_once=1):
+        self.executor, self.device, self.threads, self.at_once = executor, device, threads, at_once
 
     def submit(self, name, notebook, aid, items=None, results_dir=None):
         return self.executor.submit(worker.run, grade_one, name, notebook, aid, items, self.device, results_dir,
-                                    self.threads)
+                                    self.threads, None, self.at_once)  # worker.run passes no keywords
 
 
 @contextmanager
@@ -325,7 +330,7 @@ def worker_pool(workers, device):
     executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=worker.started, initargs=(threads, os.getpid()))
     try:
-        yield WorkerPool(executor, device, threads)
+        yield WorkerPool(executor, device, threads, experiments_at_once(workers))
     except BaseException:
         _interrupt_workers(executor)
         raise

@@ -23,10 +23,12 @@ curve for the same seed and device (reference_curve, computed once and cached) a
 hopeless against it (harness/training.py); the next seed is tried only when the last one came close.
 """
 import builtins
+import contextlib
 import hashlib
 import importlib
 import inspect
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -268,12 +270,35 @@ def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, packa
             "watched": watched}
 
 
+# The grader's side of an experiment (data, the reference's curve, evaluation: the global RNG, torch's thread count
+# and the shared runs' memo) runs one experiment, or one check, at a time; only the sandboxes' work overlaps when a
+# session runs several at once (grading/ahead.py). run_experiment holds it, _train lets go of it while a sandbox
+# loads or trains. Reentrant: a thread that holds it for a check may run an experiment (regrade.py).
+GRADER_SIDE = threading.RLock()
+
+
+@contextlib.contextmanager
+def in_the_sandbox():
+    """Let other experiments' grader side run while this one's sandbox works (the caller holds GRADER_SIDE)."""
+    GRADER_SIDE.release()
+    try:
+        yield
+    finally:
+        GRADER_SIDE.acquire()
+
+
 def run_experiment(course, aid, exp, code, sandbox, device, why="", notes=None):
     """Train in the sandbox with the student's parts, evaluate here with the reference's; next seed on a miss.
 
     `why`: the reason it cannot run (its item is zeroed, or does not exist), which becomes its output. Raises
     GraderError when the grader's side fails; a cache that cannot be written adds a warning to `notes` (a list).
+    Safe to call from several threads at once, each with its own sandbox (GRADER_SIDE).
     """
+    with GRADER_SIDE:
+        return _run_experiment(course, aid, exp, code, sandbox, device, why, notes)
+
+
+def _run_experiment(course, aid, exp, code, sandbox, device, why, notes):
     outcome = Outcome(exp.item, f"experiment {exp.name}", exp.points)
     if why or sandbox is None:
         outcome.output = why or f"not run: '{exp.item}' must exist and be implemented first"
@@ -403,7 +428,8 @@ def _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes, extra=None
     """((state tensors, history), []) from the harness's training in the sandbox, or (None, failures); `extra`:
     data tensors added to the experiment's own (a kept state it reuses)."""
     try:
-        sandbox.ensure()
+        with in_the_sandbox():
+            sandbox.ensure()
     except SandboxFailure as e:
         if e.kind == "sandbox":  # before any student code ran
             raise GraderError(f"experiment {exp.name}: the sandbox could not be restarted: {e}") from e
@@ -415,8 +441,9 @@ def _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes, extra=None
     data = {**_grader_step(exp, "data", spec["data"], ref, exp.cfg, seed, device), **(extra or {})}
     for attempt in (1, 2):
         try:
-            answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
-                                     name=exp.name, cfg=cfg, seed=seed, device=device)
+            with in_the_sandbox():
+                answer = sandbox.request("experiment", limits.experiment_seconds, tensors=data, module=aid,
+                                         name=exp.name, cfg=cfg, seed=seed, device=device)
             history = answer.get("history") if isinstance(answer.get("history"), dict) else {}
             trained = sandbox.value(answer), history
             break
@@ -438,7 +465,8 @@ def _train(aid, spec, exp, sandbox, ref, seed, device, limits, notes, extra=None
                              f"(SIGKILL, no limit of the grader's hit, as a host's OOM killer or an administrator "
                              f"does) and was run again")
             try:
-                sandbox.ensure()
+                with in_the_sandbox():
+                    sandbox.ensure()
             except (SandboxFailure, StudentRaised) as e:
                 if getattr(e, "kind", "") == "sandbox":
                     raise GraderError(f"experiment {exp.name}: the sandbox could not be restarted: {e}") from e

@@ -41,7 +41,7 @@ class NativeTracebacks:
 def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, device: str = "auto",
                    log: Callable[[str], object] | None = None, experiments: bool = True, limits: dict | None = None,
                    threads: int | None = None, failed_elsewhere: Iterable[str] = frozenset(),
-                   budget_end: float | None = None) -> Results:
+                   budget_end: float | None = None, experiments_at_once: int = 1) -> Results:
     """results.json for one notebook (a dict), never raising for anything the submission did.
 
     Raises GraderError when the grader's own side fails (the sandbox cannot start, a suite or a harness breaks,
@@ -50,11 +50,13 @@ def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, d
     finds a missing MNIST or isolation there).
 
     `limits` overrides course.yaml's limits for this run (a dict, e.g. {"item_seconds": 5}); `threads` caps the
-    student's process's CPU threads (set when several submissions are graded at once). `failed_elsewhere` and
+    student's process's CPU threads (set when several submissions are graded at once); `experiments_at_once`: how
+    many experiments may train side by side, each in its own sandbox (grading/ahead.py). `failed_elsewhere` and
     `budget_end`: for a submission graded in several sessions within a time budget (plugin.Settings).
     """
     grading = Grading(Settings(submission=Path(path), assignment=aid, device=device, items=items,
                                experiments=experiments, limits=limits, threads=threads, log=log,
+                               experiments_at_once=experiments_at_once,
                                failed_elsewhere=frozenset(failed_elsewhere), budget_end=budget_end))
     code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
     if grading.grader_error or code == GRADER_FAILED:

@@ -5,8 +5,9 @@ it scores, `@pytest.mark.item("scaled_dot_product_attention", "values")`, taking
 `student` (the submission's code, in its sandbox), `rng` (the check's seeded generator), `device` and `ref`
 (the reference solution). Points stay in course.yaml. The plugin adds the generic `exists` check and the
 lecture's experiments as tests of their own, runs each item's tests in course.yaml's order (CHECK_ORDER within
-an item), applies the grading rules of autograder/grading/scoring.py, regrades an item whose failed dependency
-failed it (course.yaml `dependencies`, autograder/grading/regrade.py) and writes results.json.
+an item) and the experiments after all of them (grading/ahead.py trains them side by side), applies the grading
+rules of autograder/grading/scoring.py, regrades an item whose failed dependency failed it (course.yaml
+`dependencies`, autograder/grading/regrade.py) and writes results.json.
 
 A suite imports what it needs of this module through autograder.grading.suite_api. PYTEST_DONT_REWRITE
 """
@@ -22,11 +23,12 @@ import torch
 
 from autograder.course.config import CHECK_ORDER, load_course, released_notebook
 from autograder.errors import UNUSABLE, ConfigError, GraderError
+from autograder.grading.ahead import Experiments
 from autograder.grading.cache import atomic_write
 from autograder.grading.checks import Fail, check_signature
 from autograder.grading.dependencies import uses
-from autograder.grading.experiments import harness_sources, reference_parts, resolve_device, run_experiment
-from autograder.grading.regrade import Regrades, experiment_waits_for, regrade_experiment
+from autograder.grading.experiments import harness_sources, reference_parts, resolve_device
+from autograder.grading.regrade import Regrades, regrade_experiment
 from autograder.grading.scoring import (
     ItemState,
     Outcome,
@@ -59,6 +61,7 @@ class Settings:
     experiments: bool = True
     limits: dict | None = None        # overrides of course.yaml's limits, e.g. {"item_seconds": 5}
     threads: int | None = None        # the sandbox's CPU threads, when several submissions share the cores
+    experiments_at_once: int = 1      # experiments trained side by side, each in its own sandbox (grading/ahead.py)
     log: Callable | None = None       # called with each item's name as its first test starts
     results_json: Path | None = None  # where to write results.json
     failed_elsewhere: frozenset = frozenset()  # grade_within_budget: items failed in its earlier sessions
@@ -165,6 +168,7 @@ class Grading:
         self.ta_notes = []      # the grader's warnings for the TA (extra_data.notes), never in a student's output
         self.independent, self.graph = False, {}  # course.yaml `dependencies`; item -> the graded items it uses
         self.asked_before = 0   # the sandbox's request count as the running test's call began (judge)
+        self.experiments = Experiments(self, settings.experiments_at_once)
         self.t0 = time.monotonic()
 
     @pytest.hookimpl(tryfirst=True)
@@ -173,6 +177,7 @@ class Grading:
         config.stash[GRADING] = self
         self.regrades = Regrades(self)
         config.pluginmanager.register(self.regrades, "course-regrades")
+        config.pluginmanager.register(self.experiments, "course-experiments")
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
 
@@ -196,7 +201,9 @@ class Grading:
                                         f"{self.aid} (exists is the plugin's own check)")
             t.extra_keyword_matches.add(item)
             by_check.setdefault((item, kind), []).append(t)
-        parent, ordered, waiting, graded = marked[0].parent, [], [], set()
+        # every check first, then the experiments: each item's experiments may swap in the reference for any
+        # item whose checks failed (regrade.py), and together at the end they can train side by side (ahead.py)
+        parent, ordered, experiments = marked[0].parent, [], []
         for item in self.wanted:
             spec = self.assignment.items[item]
             for kind in (k for k in CHECK_ORDER if k in spec.points):
@@ -205,12 +212,10 @@ class Grading:
                 self.outcomes[(item, kind)] = Outcome(item, kind, spec.points[kind])
             for exp in self.assignment.experiments_of(item) if self.settings.experiments else []:
                 kind = f"experiment {exp.name}"
-                waiting.append((experiment_waits_for(self, exp), GeneratedCheck.from_parent(
-                    parent, name=f"experiment[{exp.name}]", course_item=item, course_kind=kind, experiment=exp)))
+                experiments.append(GeneratedCheck.from_parent(
+                    parent, name=f"experiment[{exp.name}]", course_item=item, course_kind=kind, experiment=exp))
                 self.outcomes[(item, kind)] = Outcome(item, kind, exp.points)
-            graded.add(item)
-            ordered += [t for waits, t in waiting if waits <= graded]
-            waiting = [(waits, t) for waits, t in waiting if not waits <= graded]
+        ordered += experiments
         dropped = [t for t in marked if check_of(t)[0] not in self.wanted]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -249,15 +254,19 @@ class Grading:
 
     # --- the sandbox: started once, at the first test ----------------------------------------------
 
+    def new_sandbox(self):
+        """A sandbox of the submission's code, not started: the session's, or one experiment's (ahead.py)."""
+        return Sandbox(self.code.cells, harness_sources(self.aid), self.course.limits_for(self.aid),
+                       device=self.device, threads=self.settings.threads,
+                       tripwire=tripwire_table(self.course, self.assignment))
+
     def start(self):
         if self.started:
             return
         self.started = True
         if self.code.error:
             return
-        sandbox = Sandbox(self.code.cells, harness_sources(self.aid), self.course.limits_for(self.aid),
-                          device=self.device, threads=self.settings.threads,
-                          tripwire=tripwire_table(self.course, self.assignment))
+        sandbox = self.new_sandbox()
         try:
             try:
                 sandbox.start()
@@ -333,17 +342,20 @@ class Grading:
         if state.problem:
             pytest.skip(f"not checked: {state.problem}")
 
+    def experiment_why(self, item):
+        """'' when the item's experiments may train, else why not (the item zeroed, missing or not implemented);
+        its checks are all done by then (the session puts experiments after them)."""
+        self.finish_item(item)
+        exists, state = self.outcomes.get((item, "exists")), self.state_of(item)
+        ready = not state.zeroed and (exists.score > 0 if (item, "exists") in self.selected else not state.problem)
+        return state.zeroed or ("" if ready else f"not run: '{item}' must exist and be implemented first")
+
     def run_generated(self, test):
         item, kind = test.course_item, test.course_kind
         spec = self.assignment.items[item]
         if test.experiment is not None:
-            self.finish_item(item)
-            exists = self.outcomes.get((item, "exists"))
-            state = self.states[item]
-            ready = not state.zeroed and (exists.score > 0 if (item, "exists") in self.selected else not state.problem)
-            why = state.zeroed or ("" if ready else f"not run: '{item}' must exist and be implemented first")
-            outcome = run_experiment(self.course, self.aid, test.experiment, self.code, self.sandbox, self.device,
-                                     why=why, notes=self.ta_notes)
+            why = self.experiment_why(item)
+            outcome = self.experiments.outcome(test, why)
             outcome = regrade_experiment(self, test.experiment, outcome, why)
             self.outcomes[(item, kind)] = outcome
             if outcome.score < outcome.max_score:
@@ -458,8 +470,9 @@ class Grading:
             if self.sandbox is not None:
                 self.notes += [f"setup cell '{g}' {e}" for g, e in self.sandbox.load_errors.items()
                                if g.startswith("setup_")]
-                isolation, restarts = self.sandbox.isolation, self.sandbox.restarts
+                isolation, restarts = self.sandbox.isolation, self.sandbox.restarts + self.experiments.restarts
         finally:
+            self.experiments.close()
             if self.sandbox is not None:
                 self.sandbox.kill()
         if self.grader_error:

@@ -91,14 +91,6 @@ def experiment_seconds(grading, exp):
     return grading.course.limits_for(grading.aid, exp.item).experiment_seconds * len(exp.seeds)
 
 
-def experiment_waits_for(grading, exp):
-    """The items whose checks must be graded before an independent experiment runs: those it may swap."""
-    if grading.course.dependencies_for(grading.aid, exp.name) != "independent":
-        return set()
-    swappable = experiment_uses(grading.aid, grading.assignment, exp, grading.graph, harness(grading.aid))
-    return swappable & set(grading.wanted)
-
-
 def checks_failed(grading, item):
     """Whether the item's kept checks (its experiments not counted) lost points in this session."""
     outcomes = [o for (i, k), o in grading.outcomes.items()

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -113,6 +114,9 @@ class Sandbox:
         self.load_errors = {}
         self.next_id = 0
         self.restarts = 0
+        self.life_fd, self.abandoned = None, False
+        self.spawned = False  # whether a process was ever started: ensure() then counts a restart
+        self._lifeline = threading.Lock()  # the lifeline's end, which abandon() closes from another thread
 
     def __enter__(self):
         if self.proc is None:
@@ -140,7 +144,11 @@ class Sandbox:
                "disk_mb": self.limits.disk_mb, "processes": self.limits.processes,
                "env": sandbox_env(self.threads), "threads": self.threads, "tripwire": self.tripwire}
         try:
-            self.proc, (req_w, resp_r, out_r, status_r, self.life_fd) = ZYGOTE.spawn(cfg)
+            with self._lifeline:
+                if self.abandoned:
+                    raise SandboxFailure("sandbox", "not started: the grading it was for has ended")
+                self.proc, (req_w, resp_r, out_r, status_r, self.life_fd) = ZYGOTE.spawn(cfg)
+                self.spawned = True
         except SandboxFailure:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self._release_uid()
@@ -189,8 +197,9 @@ class Sandbox:
         self.load_output = self.tap.take()
 
     def ensure(self):
+        """Start the sandbox unless it runs: a restart when it ran before (a crash, a limit), else its first start."""
         if self.proc is None:
-            self.restarts += 1
+            self.restarts += self.spawned
             self.start()
 
     def kill(self):
@@ -201,11 +210,24 @@ class Sandbox:
         """
         if self.proc is None:
             return
-        os.close(self.life_fd)
+        with self._lifeline:
+            if self.life_fd is not None:
+                os.close(self.life_fd)
+                self.life_fd = None
         self.channel.exit_status(10)
         self.channel.close()
         self.proc = None
         self._release_uid()
+
+    def abandon(self):
+        """End the sandbox from another thread than the one using it, and keep it from starting again: its
+        lifeline is closed (the monitor ends every process of it), and that thread's request fails as if the
+        sandbox had crashed; that thread's kill() then does the rest."""
+        with self._lifeline:
+            self.abandoned = True
+            if self.life_fd is not None:
+                os.close(self.life_fd)
+                self.life_fd = None
 
     def _release_uid(self):
         """Give the uid back once nothing of it is alive (killed above)."""

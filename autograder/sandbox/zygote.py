@@ -63,6 +63,13 @@ def threads_per_worker(workers):
     return max(1, min(load_course().threads, cpu_cores() // max(1, workers)))
 
 
+def experiments_at_once(workers):
+    """How many experiments one of `workers` gradings may train side by side (each sandbox with
+    threads_per_worker's threads): its share of the cores over its threads. One grading on two cores trains two
+    at once; two workers on two cores, one each."""
+    return max(1, cpu_cores() // max(1, workers) // threads_per_worker(workers))
+
+
 def cpu_cores():
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
