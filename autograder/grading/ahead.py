@@ -38,9 +38,7 @@ class Experiments:
     def outcome(self, test, why):
         """The experiment's Outcome (test: its GeneratedCheck; why: the reason it cannot run, or ''); the ones
         that follow it in the session start beside it when there is room."""
-        name, checks = test.experiment.name, self.grading.sandbox
-        if checks is not None:  # every check is done (experiments come last): the memory goes to the trainings
-            checks.kill()
+        name = test.experiment.name
         if why and name in self.runs:  # started beside the checks, which then left its item not ready
             self.drop(name)
         if name not in self.runs:
