@@ -16,14 +16,15 @@ never started ahead: it runs in its turn, after the run it reuses.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 
 import pytest
 
 from autograder.grading import shared_runs
-from autograder.grading.experiments import GRADER_SIDE, harness, run_experiment
+from autograder.grading.experiments import GRADER_SIDE, harness, in_the_sandbox, run_experiment
+
+CLOSE_SECONDS = 30  # an abandoned run ends within a second or two: its sandbox is gone and never restarts
 
 
 class Experiments:
@@ -34,6 +35,7 @@ class Experiments:
         self.runs = {}  # experiment name -> (Future of its Outcome, its TA notes, its sandbox or None)
         self.restarts = 0  # of the taken runs' sandboxes, after a crash or a limit (results.json's `restarts`)
         self.started_early = False
+        self.dropped = []  # the futures of runs ended before their turn (close waits for their threads)
 
     def outcome(self, test, why):
         """The experiment's Outcome (test: its GeneratedCheck; why: the reason it cannot run, or ''); the ones
@@ -49,7 +51,8 @@ class Experiments:
                 break
             self.start(later.experiment, self.grading.experiment_why(later.course_item))
         future, notes, sandbox = self.runs.pop(name)
-        outcome = future.result()
+        with in_the_sandbox():
+            outcome = future.result()
         self.restarts += sandbox.restarts if sandbox is not None else 0
         self.grading.ta_notes.extend(n for n in notes if n not in self.grading.ta_notes)
         return outcome
@@ -91,9 +94,9 @@ class Experiments:
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        """A check (not an experiment, whose run takes the lock itself) and the grader's side of the runs
-        started beside the checks take turns: they share torch's global RNG and thread count."""
-        with contextlib.nullcontext() if getattr(item, "experiment", None) is not None else GRADER_SIDE:
+        """Each test and the grader's side of the runs in their threads take turns (experiments.GRADER_SIDE); an
+        experiment's test lets go while it waits for its run (outcome)."""
+        with GRADER_SIDE:
             yield
 
     def sandbox(self):
@@ -127,10 +130,14 @@ class Experiments:
     def drop(self, name):
         """End a run no one will take: its sandbox ends now and never restarts; its outcome and notes are lost."""
         future, _, sandbox = self.runs.pop(name)
+        self.dropped.append(future)
         if sandbox is not None and not future.done():
             sandbox.abandon()
 
     def close(self):
-        """End the runs no one took (the session ended early)."""
+        """End the runs no one took (the session ended early), and wait (bounded) for every run's thread to end:
+        none outlives its session (a batch worker grades the next submission in the same process)."""
+        futures = [future for future, _, _ in self.runs.values()] + self.dropped
         for name in list(self.runs):
             self.drop(name)
+        wait(futures, timeout=CLOSE_SECONDS)

@@ -271,15 +271,20 @@ def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, packa
 
 
 # The grader's side of an experiment (data, the reference's curve, evaluation: the global RNG, torch's thread count
-# and the shared runs' memo) runs one experiment, or one check, at a time; only the sandboxes' work overlaps when a
-# session runs several at once (grading/ahead.py). run_experiment holds it, _train lets go of it while a sandbox
-# loads or trains. Reentrant: a thread that holds it for a check may run an experiment (regrade.py).
+# and the shared runs' memo) runs one experiment, or one test of the session, at a time; only the sandboxes' work
+# overlaps when a session runs several at once (grading/ahead.py). run_experiment holds it, _train lets go of it
+# while a sandbox loads or trains; the session's thread holds it through each test but while it waits for a run.
+# It also keeps Python 3.11's ast.parse to one thread at a time (its AST constructor's recursion count is shared
+# between threads: "SystemError: AST constructor recursion depth mismatch"), for the cells' fingerprints here and
+# pytest's own parsing when it reports a failure. Reentrant: a thread that holds it for a test may run an
+# experiment (regrade.py).
 GRADER_SIDE = threading.RLock()
 
 
 @contextlib.contextmanager
 def in_the_sandbox():
-    """Let other experiments' grader side run while this one's sandbox works (the caller holds GRADER_SIDE)."""
+    """Let other threads' grader side run while this one waits for its sandbox or for another run (the caller
+    holds GRADER_SIDE)."""
     GRADER_SIDE.release()
     try:
         yield
