@@ -9,10 +9,11 @@ With room for more than one, the first experiment (plugin.py puts them after eve
 starts as soon as the notebook has loaded, beside the checks; the others start when the first comes up, each in a
 thread of its own; the session then takes each outcome in its order, with its notes. A run started before its
 item's checks were done is dropped (its sandbox ended) when they leave the item not ready: the outcome is then the
-one a run never started would have. The grader's side of a run (data, the reference's curve, evaluation) and of a
-check run one at a time (experiments.GRADER_SIDE: torch's global RNG and thread count are the process's): only
-the sandboxes' work overlaps. An experiment that starts from another's trained model (grading/shared_runs.py) is
-never started ahead: it runs in its turn, after the run it reuses.
+one a run never started would have. The grader's side of a run (data, the reference's curve, evaluation) and each
+test of the session run one at a time (experiments.GRADER_SIDE: torch's global RNG and thread count are the
+process's, and Python 3.11's ast.parse is not safe in two threads): only the sandboxes' work overlaps. An
+experiment that starts from another's trained model (grading/shared_runs.py) is never started ahead: it runs in
+its turn, after the run it reuses.
 """
 from __future__ import annotations
 
