@@ -210,10 +210,7 @@ class Sandbox:
         """
         if self.proc is None:
             return
-        with self._lifeline:
-            if self.life_fd is not None:
-                os.close(self.life_fd)
-                self.life_fd = None
+        self._close_lifeline()
         self.channel.exit_status(10)
         self.channel.close()
         self.proc = None
@@ -223,8 +220,12 @@ class Sandbox:
         """End the sandbox from another thread than the one using it, and keep it from starting again: its
         lifeline is closed (the monitor ends every process of it), and that thread's request fails as if the
         sandbox had crashed; that thread's kill() then does the rest."""
+        self._close_lifeline(abandon=True)
+
+    def _close_lifeline(self, abandon=False):
+        """Close the grader's end of the lifeline once (the monitor then ends the sandbox), from any thread."""
         with self._lifeline:
-            self.abandoned = True
+            self.abandoned = self.abandoned or abandon
             if self.life_fd is not None:
                 os.close(self.life_fd)
                 self.life_fd = None
