@@ -111,11 +111,22 @@ def autograded_outputs(root, aid, student):
             for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")}
 
 
+# `nbgrader` as a TA runs it, then which modules its process had loaded (the workers grade: it only dispatches).
+NBGRADER_PROBE = r'''
+import atexit, json, sys
+if __name__ == "__main__":
+    atexit.register(lambda: print("modules: " + json.dumps({m: m in sys.modules for m in ("torch", "pytest")})))
+    from nbgrader.apps.nbgraderapp import main
+    main()
+'''
+
+
 @pytest.mark.slow
 def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by_one(tmp_path, graded_solutions):
     """`nbgrader autograde` grades the class at once (CourseAutograde.workers, or CourseAutograde.scheduler: a
     running Dask cluster) and writes what one-by-one writes: the same scores, the same test-cell outputs; a student
-    it cannot grade is reported by all, and costs no other."""
+    it cannot grade is reported by all, and costs no other. On this machine's workers nbgrader's own process imports
+    neither torch nor pytest (its workers grade, and compute the grader identity it checks their results with)."""
     import os
     import subprocess
     import sys
@@ -146,7 +157,10 @@ def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by
             for name in ("draft.ipynb", "final.ipynb"):
                 nbformat.write(half, dave / name)
             env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-            proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", aid, "--force", *option], cwd=root,
+            probe = tmp_path / "nbgrader_probe.py"
+            probe.write_text(NBGRADER_PROBE)
+            nbgrader = [str(probe)] if workers == 2 else ["-m", "nbgrader"]
+            proc = subprocess.run([sys.executable, *nbgrader, "autograde", aid, "--force", *option], cwd=root,
                                   env=env, capture_output=True, text=True)
             if workers == "dask":
                 cluster.close()  # its two workers' cores back for the one-by-one run
@@ -156,6 +170,7 @@ def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by
         cluster.close()
     for parallel in (2, "dask"):  # graded at once, taken by nbgrader
         assert logs[parallel].count("pre-graded result taken") == 3, logs[parallel][-3000:]
+    assert 'modules: {"torch": false, "pytest": false}' in logs[2], logs[2][-3000:]
     assert "on the cluster at " in logs["dask"] and "cluster: tcp://127.0.0.1:" in logs["dask"], logs["dask"][-3000:]
     assert "pre-graded result taken" not in logs[1] and "at once" not in logs[1]
     scores = gradebook_scores(roots[1], aid)

@@ -15,7 +15,6 @@ them into it; anything else is graded afresh and replaces what was saved.
 import fcntl
 import hashlib
 import json
-import multiprocessing
 import os
 import signal
 import sys
@@ -294,7 +293,7 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
             if progress:
                 progress(done, len(submissions), name, results[name], how)
         return [(name, results[name]) for name, _ in submissions]
-    with worker_pool(workers, device) as pool:
+    with worker_pool(workers, device, expected=len(submissions)) as pool:
         futures = {pool.submit(name, nb, aid, items, results_dir): name for name, nb in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             name = futures[future]
@@ -311,15 +310,29 @@ class WorkerPool:
 
     def __init__(self, executor, device, threads, at_once=1):
         self.executor, self.device, self.threads, self.at_once = executor, device, threads, at_once
+        self.identities = {}  # (assignment, device) -> the future of a worker's identity_here
+
+    def identity(self, aid, device):
+        """The grader identity the workers grade `aid` on `device` with, computed in a worker (the coordinator
+        imports no torch): this process's own, as they are its children, with its code, course and libraries."""
+        return self._identity(aid, device).result()
+
+    def _identity(self, aid, device):
+        if (aid, device) not in self.identities:
+            self.identities[aid, device] = self.executor.submit(identity_here, aid, device)
+        return self.identities[aid, device]
 
     def submit(self, name, notebook, aid, items=None, results_dir=None):
+        if results_dir is not None:  # asked for before the gradings queue up ahead of it (a worker computes it
+            self._identity(aid, self.device)  # for its results anyway, once)
         return self.executor.submit(worker.run, grade_one, name, notebook, aid, items, self.device, results_dir,
                                     self.threads, None, self.at_once)  # worker.run passes no keywords
 
 
 @contextmanager
-def worker_pool(workers, device):
-    """A WorkerPool of `workers` processes, each warmed (worker.started) when the first submission arrives.
+def worker_pool(workers, device, expected=None):
+    """A WorkerPool of `workers` processes, started and warmed (worker.started) at once, before the first submission
+    arrives (only as many as the `expected` submissions, when known; the pool starts another when one is wanted).
 
     Left by an exception (an interrupt: KeyboardInterrupt, which `course grade` also makes of SIGTERM), every worker
     is interrupted too and closes its sandbox, what was being graded gets no result (nothing half-done is saved),
@@ -327,9 +340,12 @@ def worker_pool(workers, device):
     """
     threads = threads_per_worker(workers)
     # each worker computes the grader identity itself (identity_here): it imports torch, and the coordinator never does
-    executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+    executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker.spawn_context(),
                                    initializer=worker.started, initargs=(threads, os.getpid()))
     try:
+        for _ in range(min(workers, expected or workers)):
+            # the pool starts a process for each submission that finds none idle: one no-op each starts them all now
+            executor.submit(os.getpid)
         yield WorkerPool(executor, device, threads, experiments_at_once(workers))
     except BaseException:
         _interrupt_workers(executor)

@@ -15,10 +15,13 @@ that is not exits at once.
 This module imports nothing heavy: the pool's spawned process loads it before the initializer runs.
 """
 import contextlib
+import multiprocessing.context
 import os
 import signal
+import sys
 import threading
 import time
+import types
 
 EXIT_AFTER_SECONDS = 5  # an orphaned worker still alive this long after interrupting itself exits unconditionally
 _grading = False  # whether a submission is being graded here (then an interrupt unwinds it first)
@@ -54,6 +57,30 @@ def started(threads, coordinator):
     warm(threads)
 
 
+class _Spawned(multiprocessing.context.SpawnProcess):
+    """A spawned worker that does not run the coordinator's main module first (see spawn_context)."""
+
+    def start(self):
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")  # no file, no spec: the child imports nothing of it
+        try:
+            super().start()  # reads the main module synchronously (multiprocessing.spawn.get_preparation_data)
+        finally:
+            sys.modules["__main__"] = main
+
+
+class _SpawnContext(multiprocessing.context.SpawnContext):
+    Process = _Spawned
+
+
+def spawn_context():
+    """The pool's start method: spawn (never fork: the coordinator may hold threads and locks), without the
+    coordinator's main module. A spawned process runs the parent's __main__ before its task, and `nbgrader`'s is
+    nbgrader's whole app (1.7 s of imports per worker here); a worker needs nothing of it: what it runs
+    (started, run, and the grading functions they are given) is named by module."""
+    return _SpawnContext()
+
+
 def run(fn, *args):
     """fn(*args) in a pool worker; an interrupt unwinds it, then ends the worker (the coordinator is going)."""
     global _grading
@@ -76,9 +103,9 @@ def watch_parent(parent):
     """A daemon thread that interrupts this process when its parent (pid `parent`) ends, and ends it
     EXIT_AFTER_SECONDS later; ended at once when that parent has already gone.
 
-    The parent's pid comes from the parent itself: a spawned worker reaches this seconds after it was started (it
-    imports the coordinator's main module first: nbgrader's, for one), and a coordinator killed meanwhile has left
-    it to init, whose pid getppid() would then give. A pidfd, not PR_SET_PDEATHSIG, which fires when the parent's
+    The parent's pid comes from the parent itself: a spawned worker reaches this a second or more after it was
+    started (a fresh interpreter, its imports), and a coordinator killed meanwhile has left it to init, whose pid
+    getppid() would then give. A pidfd, not PR_SET_PDEATHSIG, which fires when the parent's
     *thread* that started us ends (the pool starts workers from whichever thread submits); where pidfds are
     missing (Linux < 5.3), getppid() is polled.
     """

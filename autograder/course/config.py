@@ -98,10 +98,11 @@ class Budgets(Strict):
     # a run validates from this fraction of the step at which the reference cleared its marks (0: from the start)
     validate_from: float = Field(0.5, ge=0, le=1)
 
-    def hopeless_rule(self, after: float | None = None) -> dict[str, float]:
-        """The rule as the harness's training reads it (cfg["hopeless"]); `after`: an experiment's own."""
+    def hopeless_rule(self, after: float | None = None, validate_from: float | None = None) -> dict[str, float]:
+        """The rule as the harness's training reads it (cfg["hopeless"]); `after`, `validate_from`: an experiment's
+        own."""
         return {"after": after or self.hopeless_after, "fraction": self.hopeless_fraction,
-                "validate_from": self.validate_from}
+                "validate_from": self.validate_from if validate_from is None else validate_from}
 
 
 class Item(Strict):
@@ -132,6 +133,7 @@ class Experiment(Strict):
     seeds: list[int] = Field(min_length=1)
     dependencies: Dependencies | None = None  # None: the assignment's
     hopeless_after: float | None = Field(None, ge=1)  # None: the course's `experiments.hopeless_after`
+    validate_from: float | None = Field(None, ge=0, le=1)  # None: the course's `experiments.validate_from`
     name: str = ""
     _hopeless: dict[str, float] = PrivateAttr(default_factory=lambda: Budgets().hopeless_rule())  # the course's
 
@@ -274,7 +276,7 @@ class Course(Strict):
         for aid, a in self.assignments.items():
             a.id = aid
             for exp in a.experiments.values():
-                exp._hopeless = self.experiments.hopeless_rule(exp.hopeless_after)
+                exp._hopeless = self.experiments.hopeless_rule(exp.hopeless_after, exp.validate_from)
         return self
 
     @property

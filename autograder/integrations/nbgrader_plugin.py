@@ -216,6 +216,8 @@ class CourseAutograde(Autograde):
             if isinstance(pp, TrustedGrade) and not pp.results_dir:
                 pp.results_dir = str(self._pregraded_dir / self._current_assignment)
                 pp.wait_for = self.wait_for_pregrading
+                if self._pool is not None:
+                    pp.identity_of = self._pool.identity
 
     def init_assignment(self, assignment_id, student_id):
         self.file_notes = {}
@@ -279,7 +281,7 @@ def _is(pp, cls):
 
 
 def _cores():
-    from autograder.sandbox.grader_side import cpu_cores
+    from autograder.sandbox.zygote import cpu_cores  # not the grader's side, which imports torch
     return cpu_cores()
 
 
@@ -309,6 +311,8 @@ class TrustedGrade(NbGraderPreprocessor):
                           "DIR` after a CollectForGrading pass): a student's result there is used when it graded these "
                           "very bytes with this grader, else the notebook is graded here").tag(config=True)
     wait_for = None  # (assignment, student) -> None once that student's grading at once has ended (CourseAutograde)
+    # (assignment, device) -> the grader identity: CourseAutograde's workers' (so that nbgrader imports no torch)
+    identity_of = None
 
     def preprocess(self, nb, resources):
         aid = resources["nbgrader"]["assignment"]
@@ -356,7 +360,8 @@ class TrustedGrade(NbGraderPreprocessor):
 
         from autograder.batch.run import _saved, grader_identity, grading_identity, same_grading
         saved = _saved(Path(self.results_dir) / f"{student}.json")
-        identity = grading_identity(aid, hashlib.sha256(graded).hexdigest(), None, grader_identity(aid, self.device))
+        grader = (self.identity_of or grader_identity)(aid, self.device)
+        identity = grading_identity(aid, hashlib.sha256(graded).hexdigest(), None, grader)
         if not same_grading(saved, identity):
             self.log.warning("student '%s': %s in %s; graded here", student, "the result is not this notebook's "
                              "grading by this grader" if saved else "no pre-graded result", self.results_dir)

@@ -25,7 +25,7 @@ assignments:
       learns: {item: fit, points: 2, description: d, metric: acc, threshold: {acc: {min: 0.8}, loss: {max: 0.5}},
                steps: 10, seeds: [0, 1, 2]}
       late: {item: fit, points: 1, description: d, metric: acc, threshold: {acc: {min: 0.8}}, steps: 10, seeds: [0],
-             hopeless_after: 3}
+             hopeless_after: 3, validate_from: 1}
 """
 # the reference clears acc's mark (0.8 + 0.1) at step 4
 REFERENCE = [{"step": 2, "acc": 0.5}, {"step": 4, "acc": 0.95}]
@@ -42,7 +42,7 @@ def marks(cfg, reference=REFERENCE):
 def test_the_course_rule_reaches_every_experiments_cfg_and_an_experiment_may_wait_longer():
     exps = experiments()
     assert exps["learns"].cfg["hopeless"] == {"after": 1.5, "fraction": 0.5, "validate_from": 0.5}
-    assert exps["late"].cfg["hopeless"] == {"after": 3, "fraction": 0.5, "validate_from": 0.5}
+    assert exps["late"].cfg["hopeless"] == {"after": 3, "fraction": 0.5, "validate_from": 1}
     assert experiments(COURSE.replace("experiments: {hopeless_after: 1.5, hopeless_fraction: 0.5, close: 0.2}\n",
                                       ""))["learns"].cfg["hopeless"] == {"after": 1.0, "fraction": 0.5,
                                                                          "validate_from": 0.5}
