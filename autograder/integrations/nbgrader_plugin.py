@@ -18,8 +18,10 @@ moment it is written, into a results folder, so that the class is graded while n
 CourseAutograde.scheduler grades them on a running Dask cluster instead, once the first walk is done
 (batch/scheduler.py grade_class). The second walk begins at once: its TrustedGrade waits for each student's grading
 to end and takes the result whose identity (the graded bytes' sha256, the whole assignment, the grader) is this
-grading's, and grades any other itself. The gradebook is written by nbgrader alone, as in a serial run. The same
-three steps also run by hand (docs/CLUSTER.md).
+grading's, and grades any other itself. On this machine's workers nbgrader's process imports no torch: they grade,
+and one of them computes the grader identity it checks their results with (its own: they are its children). The
+gradebook is written by nbgrader alone, as in a serial run. The same three steps also run by hand
+(docs/CLUSTER.md).
 """
 import filecmp
 import logging
