@@ -215,7 +215,10 @@ class Grading:
                 experiments.append(GeneratedCheck.from_parent(
                     parent, name=f"experiment[{exp.name}]", course_item=item, course_kind=kind, experiment=exp))
                 self.outcomes[(item, kind)] = Outcome(item, kind, exp.points)
-        ordered += experiments
+        # in course.yaml's order of experiments: ahead.py starts the first beside the checks, so the longest
+        # goes first there (an experiment that reuses another's run is listed after it)
+        listed = list(self.assignment.experiments)
+        ordered += sorted(experiments, key=lambda t: listed.index(t.experiment.name))
         dropped = [t for t in marked if check_of(t)[0] not in self.wanted]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
