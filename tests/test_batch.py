@@ -255,7 +255,7 @@ def test_names_are_unique_and_tell_apart_what_was_found_twice(tmp_path):
 
 
 # `course grade` as a TA runs it, then which modules the coordinator (this process) had loaded. Guarded by
-# __main__: the batch's spawned workers load this file again.
+# __main__, as a TA's script would be (the batch's spawned workers do not run it).
 MODULES_PROBE = r'''
 import json, sys
 if __name__ == "__main__":
@@ -285,6 +285,30 @@ def test_the_coordinator_of_a_batch_imports_no_torch_and_its_workers_compute_the
     saved = [json.loads((tmp_path / "r" / f"s{k}.json").read_text()) for k in range(2)]
     assert [r["score"] for r in saved] == [r["max_score"] for r in saved]
     assert {r["extra_data"]["grading"]["grader"] for r in saved} == {grader_identity(AID, "cpu")}
+
+
+# A coordinator's main module with work of its own at the top (as `nbgrader`'s imports its whole app): each run of
+# it leaves a line in MARKS.
+HEAVY_MAIN = r'''
+import os, sys
+with open(os.environ["MARKS"], "a") as marks:
+    marks.write(f"{os.getpid()}\n")
+if __name__ == "__main__":
+    from autograder.batch.run import worker_pool
+    with worker_pool(2, "cpu") as pool:  # both workers start at once, and have ended when it closes
+        print(pool.executor.submit(os.getpid).result() != os.getpid())
+'''
+
+
+def test_a_pools_workers_do_not_run_the_coordinators_main_module(tmp_path):
+    """A spawned process runs its parent's __main__ first; a pool worker does not (worker.spawn_context): only the
+    coordinator left its mark."""
+    script, marks = tmp_path / "coordinator.py", tmp_path / "marks"
+    script.write_text(HEAVY_MAIN)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "MARKS": str(marks)})
+    assert run.returncode == 0 and run.stdout.split() == ["True"], run.stderr[-3000:]
+    assert len(marks.read_text().split()) == 1, f"the main module ran in {marks.read_text().split()}"
 
 
 def test_a_process_that_grades_under_two_course_files_has_the_identity_of_each(tmp_path, monkeypatch):

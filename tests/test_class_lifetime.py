@@ -192,7 +192,7 @@ def kill_in_the_middle(level, sig, targets, tmp):  # noqa: F811
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_coordinator_killed_while_its_workers_start_leaves_none(sig, targets, tmp):  # noqa: F811
     """Killed the moment its pool workers exist, before they have imported anything: a spawned worker reaches
-    its watch seconds later (nbgrader's main module is imported first), when its parent is already init."""
+    its watch a second or more later (a fresh interpreter and its imports), when its parent is already init."""
     launcher = start_batch("namespaces", targets, tmp)
     try:
         deadline = time.monotonic() + START_SECONDS

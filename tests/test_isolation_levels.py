@@ -307,7 +307,7 @@ def test_an_environment_under_tmp_var_tmp_and_dev_shm_is_seen_inside_the_sandbox
 # `course` in a grader refused what the sandbox's isolation needs: `python SCRIPT CHILD_MAIN WHAT course-args`, WHAT
 # `no-userns` (a seccomp filter refusing new user namespaces, as Docker's default profile: the landlock level) or
 # `no-landlock` (that, and ENOSYS for Landlock's three calls, a kernel without it: nothing isolates). Guarded by
-# __main__: the batch's spawned workers load this file again (and inherit the filters).
+# __main__, as a TA's script would be (the batch's spawned workers do not run it: they inherit the filters).
 CLI_WITHOUT = r'''
 import ctypes, importlib.util, struct, sys
 if __name__ == "__main__":
