@@ -135,3 +135,32 @@ def test_the_feedback_summary_escapes_what_the_students_code_printed(fixture_pat
 def test_no_result_no_summary(fixture_path):
     _, res = FeedbackSummary().preprocess(nbformat.read(fixture_path("release.ipynb"), as_version=4), {})
     assert res["course_summary"] == ""
+
+
+def test_a_pregraded_result_is_taken_under_the_workers_identity_or_this_processs_when_they_are_gone(
+        grader, fixture_path, tmp_path, monkeypatch, caplog):
+    """The walk that scores takes a worker's result when it is the grading of these bytes by this grader. The grader
+    identity comes from the workers (CourseAutograde: nbgrader imports no torch) or, when they are gone, from this
+    process, as one by one; a result of another grader is graded again here."""
+    import hashlib
+    import json
+    from concurrent.futures.process import BrokenProcessPool
+
+    from autograder.batch import run
+    monkeypatch.setattr(run, "identity_here", lambda aid, device: "this grader")
+    nb = nbformat.read(fixture_path("release.ipynb"), as_version=4)
+    sha = hashlib.sha256(nbformat.writes(nb).encode()).hexdigest()
+    saved = {**RESULT, "extra_data": {**RESULT["extra_data"], "grading": run.grading_identity("a1", sha, None,
+                                                                                                "this grader")}}
+    (tmp_path / "bob.json").write_text(json.dumps(saved))
+
+    def broken(aid, device):
+        raise BrokenProcessPool("a worker died")
+    for identity_of, graded_here in [(lambda aid, device: "this grader", 0), (broken, 0),
+                                     (lambda aid, device: "another grader", 1)]:
+        grader.clear()
+        step = TrustedGrade(results_dir=str(tmp_path))
+        step.identity_of = identity_of
+        _, res = step.preprocess(nbformat.read(fixture_path("release.ipynb"), as_version=4), resources())
+        assert len(grader) == graded_here and res["course"]["results"]["score"] == 3.0
+    assert "the workers did not give the grader identity (BrokenProcessPool: a worker died)" in caplog.text
