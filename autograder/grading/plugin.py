@@ -5,8 +5,8 @@ it scores, `@pytest.mark.item("scaled_dot_product_attention", "values")`, taking
 `student` (the submission's code, in its sandbox), `rng` (the check's seeded generator), `device` and `ref`
 (the reference solution). Points stay in course.yaml. The plugin adds the generic `exists` check and the
 lecture's experiments as tests of their own, runs each item's tests in course.yaml's order (CHECK_ORDER within
-an item) and the experiments after all of them (grading/ahead.py trains them side by side), applies the grading
-rules of autograder/grading/scoring.py, regrades an item whose failed dependency failed it (course.yaml
+an item) and the experiments after all of them in theirs (grading/ahead.py trains them side by side), applies the
+grading rules of autograder/grading/scoring.py, regrades an item whose failed dependency failed it (course.yaml
 `dependencies`, autograder/grading/regrade.py) and writes results.json.
 
 A suite imports what it needs of this module through autograder.grading.suite_api. PYTEST_DONT_REWRITE
@@ -162,9 +162,8 @@ class Grading:
         self.wanted = []        # the items graded, in course.yaml's order
         self.code = None        # the submission's cells (autograder.notebooks.cells.load_student_code)
         self.notes = []         # what was repaired or failed to load: in the student's output and extra_data.notes
-        self.sandbox, self.started, self.current_item = None, False, None
-        self.results, self.grader_error = None, ""
-        self.grader_exception = None  # what the grader's failure was raised from, when it was an exception
+        self.sandbox, self.started, self.current_item, self.results = None, False, None, None
+        self.grader_error, self.grader_exception = "", None  # the grader's failure, and the exception it came from
         self.ta_notes = []      # the grader's warnings for the TA (extra_data.notes), never in a student's output
         self.independent, self.graph = False, {}  # course.yaml `dependencies`; item -> the graded items it uses
         self.asked_before = 0   # the sandbox's request count as the running test's call began (judge)
@@ -201,24 +200,21 @@ class Grading:
                                         f"{self.aid} (exists is the plugin's own check)")
             t.extra_keyword_matches.add(item)
             by_check.setdefault((item, kind), []).append(t)
-        # every check first, then the experiments: each item's experiments may swap in the reference for any
-        # item whose checks failed (regrade.py), and together at the end they can train side by side (ahead.py)
-        parent, ordered, experiments = marked[0].parent, [], []
+        # every check, then the experiments in course.yaml's order: each may swap in the reference for a failed item
+        # (regrade.py), and at the end they train side by side, the first listed beside the checks (ahead.py)
+        parent, ordered = marked[0].parent, []
         for item in self.wanted:
             spec = self.assignment.items[item]
             for kind in (k for k in CHECK_ORDER if k in spec.points):
                 ordered += by_check.get((item, kind)) or [GeneratedCheck.from_parent(
                     parent, name=f"{kind}[{item}]", course_item=item, course_kind=kind)]
                 self.outcomes[(item, kind)] = Outcome(item, kind, spec.points[kind])
-            for exp in self.assignment.experiments_of(item) if self.settings.experiments else []:
+        for exp in self.assignment.experiments.values() if self.settings.experiments else []:
+            if exp.graded and exp.item in self.wanted:
                 kind = f"experiment {exp.name}"
-                experiments.append(GeneratedCheck.from_parent(
-                    parent, name=f"experiment[{exp.name}]", course_item=item, course_kind=kind, experiment=exp))
-                self.outcomes[(item, kind)] = Outcome(item, kind, exp.points)
-        # in course.yaml's order of experiments: ahead.py starts the first beside the checks, so the longest
-        # goes first there (an experiment that reuses another's run is listed after it)
-        listed = list(self.assignment.experiments)
-        ordered += sorted(experiments, key=lambda t: listed.index(t.experiment.name))
+                ordered.append(GeneratedCheck.from_parent(
+                    parent, name=f"experiment[{exp.name}]", course_item=exp.item, course_kind=kind, experiment=exp))
+                self.outcomes[(exp.item, kind)] = Outcome(exp.item, kind, exp.points)
         dropped = [t for t in marked if check_of(t)[0] not in self.wanted]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
