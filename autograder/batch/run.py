@@ -343,7 +343,7 @@ def worker_pool(workers, device, expected=None):
     executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker.spawn_context(),
                                    initializer=worker.started, initargs=(threads, os.getpid()))
     try:
-        for _ in range(min(workers, expected or workers)):
+        for _ in range(workers if expected is None else min(workers, expected)):
             # the pool starts a process for each submission that finds none idle: one no-op each starts them all now
             executor.submit(os.getpid)
         yield WorkerPool(executor, device, threads, experiments_at_once(workers))
