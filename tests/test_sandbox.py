@@ -473,18 +473,39 @@ def gone_within(process, seconds):
 
 def test_the_zygote_loads_what_a_training_may_import_only_after_its_first_sandbox(monkeypatch):
     """torch._dynamo (about 2 s of CPU, imported by torch.optim's first optimizer) is not on a grading's way: a new
-    zygote's first sandbox forks without it, and the zygote loads it once while it waits, so that a sandbox forked
-    later has it before its notebook asks for anything."""
+    zygote's first sandbox forks without it, and the zygote loads it once while it waits, when a sandbox's assignment
+    names it (course.yaml's `preload`), so that a sandbox forked later has it before its notebook asks for anything;
+    sandboxes that do not name it never cost the zygote its import."""
     import autograder.sandbox.grader_side as sandbox
     import autograder.sandbox.zygote as zygote
     monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
     check = ("setup_m", "import sys\ndef loaded(name):\n    return name in sys.modules\n")
     try:
-        with sandbox_of(check) as sb:
+        with sandbox_of(check) as sb:  # lab14's and w8l4's sandboxes name nothing
+            assert ask(sb, "loaded", "torch._dynamo") is False
+        with sandbox_of(check) as sb:  # a second one, after the zygote has waited: it imported nothing meanwhile
+            assert ask(sb, "loaded", "torch._dynamo") is False
+        with sandbox_of(check, preload=["torch._dynamo"]) as sb:
             assert ask(sb, "loaded", "torch._dynamo") is False
         with sandbox_of(check) as sb:  # forked once the zygote is done with its import
             assert ask(sb, "loaded", "torch._dynamo") is True
             assert ask(sb, "loaded", "a_module_nobody_imports") is False
+    finally:
+        sandbox.ZYGOTE.proc.kill()
+
+
+def test_the_zygote_and_its_sandboxes_hold_nothing_of_the_graders_output(monkeypatch):
+    """A caller that reads `course grade`'s output to its end (a TA's script, subprocess.run) waits for every process
+    that holds it: the zygote (which may outlive the grader by a moment) holds neither the grader's stdout nor its
+    stderr, and nor does any sandbox forked from it (each has its own output pipe as both)."""
+    import autograder.sandbox.grader_side as sandbox
+    import autograder.sandbox.zygote as zygote
+    monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
+    ours = {os.fstat(fd)[:2] for fd in (1, 2)}  # (inode, device) of this process's stdout and stderr
+    try:
+        with sandbox_of(("setup_m", "x = 1\n")):
+            held = {os.stat(f"/proc/{sandbox.ZYGOTE.proc.pid}/fd/{fd}")[:2] for fd in (1, 2)}
+            assert not held & ours, "the zygote holds the grader's stdout or stderr"
     finally:
         sandbox.ZYGOTE.proc.kill()
 

@@ -175,6 +175,7 @@ class Assignment(Strict):
     items: dict[str, Item]
     experiments: dict[str, Experiment] = {}
     dependencies: Dependencies | None = None  # None: the course's
+    preload: list[str] = []  # modules each sandbox zygote imports once its first sandbox is out (course.yaml)
     id: str = ""
 
     @model_validator(mode="after")

@@ -253,11 +253,12 @@ class Grading:
 
     # --- the sandbox: started once, at the first test ----------------------------------------------
 
-    def new_sandbox(self):
-        """A sandbox of the submission's code, not started: the session's, or one experiment's (ahead.py)."""
-        return Sandbox(self.code.cells, harness_sources(self.aid), self.course.limits_for(self.aid),
-                       device=self.device, threads=self.settings.threads,
-                       tripwire=tripwire_table(self.course, self.assignment))
+    def new_sandbox(self, cells=None):
+        """A sandbox of the submission's code (or `cells`), not started: the session's, one experiment's (ahead.py)
+        or a stand-in's (regrade.py)."""
+        return Sandbox(self.code.cells if cells is None else cells, harness_sources(self.aid),
+                       self.course.limits_for(self.aid), device=self.device, threads=self.settings.threads,
+                       tripwire=tripwire_table(self.course, self.assignment), preload=self.assignment.preload)
 
     def start(self):
         if self.started:

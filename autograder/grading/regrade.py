@@ -17,9 +17,9 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from autograder.grading.dependencies import STANDIN_CELL, closure, experiment_uses, note, standin_cell
-from autograder.grading.experiments import harness, harness_sources, run_experiment
-from autograder.grading.scoring import Outcome, tripwire_table, zero_reason
-from autograder.sandbox.grader_side import Sandbox, SandboxFailure, StudentRaised
+from autograder.grading.experiments import harness, run_experiment
+from autograder.grading.scoring import Outcome, zero_reason
+from autograder.sandbox.grader_side import SandboxFailure, StudentRaised
 
 
 def is_experiment(kind):
@@ -109,9 +109,7 @@ def standin_sandbox(grading, swapped):
     """A sandbox of the student's cells with the references of `swapped` bound after them; None if it cannot load."""
     code = copy.copy(grading.code)
     code.cells = [*grading.code.cells, standin_cell(grading.aid, swapped, len(grading.code.cells))]
-    sandbox = Sandbox(code.cells, harness_sources(grading.aid), grading.course.limits_for(grading.aid),
-                      device=grading.device, threads=grading.settings.threads,
-                      tripwire=tripwire_table(grading.course, grading.assignment))
+    sandbox = grading.new_sandbox(code.cells)
     try:
         sandbox.start()
     except (SandboxFailure, StudentRaised) as e:

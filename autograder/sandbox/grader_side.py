@@ -103,10 +103,11 @@ class Sandbox:
     block ends.
     """
 
-    def __init__(self, cells, harness_sources, limits, device="cpu", threads=None, tripwire=None):
+    def __init__(self, cells, harness_sources, limits, device="cpu", threads=None, tripwire=None, preload=()):
         self.cells, self.harness_sources = cells, harness_sources
         self.limits, self.device, self.threads = limits, device, threads
         self.tripwire = tripwire  # scoring.tripwire_table: the oracles watched before any of the student's cells loads
+        self.preload = list(preload)  # what the zygote imports once this sandbox is out (course.yaml's `preload`)
         self.isolated = can_isolate()
         self.isolation = None   # what the sandbox process reports it got (see child/isolation.py's levels)
         self.proc = None
@@ -142,7 +143,8 @@ class Sandbox:
         os.chmod(self.scratch, 0o700)
         cfg = {"isolate": self.isolated, "contain": can_contain(), "uid": self.uid, "scratch": str(self.scratch),
                "disk_mb": self.limits.disk_mb, "processes": self.limits.processes,
-               "env": sandbox_env(self.threads), "threads": self.threads, "tripwire": self.tripwire}
+               "env": sandbox_env(self.threads), "threads": self.threads, "tripwire": self.tripwire,
+               "preload": self.preload}
         try:
             with self._lifeline:
                 if self.abandoned:

@@ -1,8 +1,9 @@
 """The zygote: one process per grader that has imported torch and forks each sandbox from there.
 
-It also imports, once, what notebooks' setup cells import: each sandbox inherits them. What a sandbox may import
-later and costs seconds (torch._dynamo, which torch.optim's first optimizer imports) it imports only once its first
-sandbox has forked, while it waits for the next request: no grading waits for it (child/monitor.py zygote).
+It also imports, once, what notebooks' setup cells import: each sandbox inherits them. What an assignment's sandboxes
+may import later at a cost of seconds (course.yaml's `preload`: torch._dynamo, which torch.optim's first optimizer
+imports) it imports once a sandbox that names it has forked, while it waits for the next request: no grading waits
+for it (child/monitor.py zygote).
 
 Started from child/__main__.py with the grader's import path less the course and an environment with nothing of
 the grader's but its thread count (import_path, sandbox_env); a sandbox then starts in milliseconds, not in torch's
@@ -145,11 +146,13 @@ class Zygote:
     def _start(self, threads=None):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per spawn
         # its stderr (an import that fails, a monitor's traceback) goes to a file only the grader holds: the
-        # cause a failed start names
+        # cause a failed start names; its stdout nowhere (each sandbox has its own output pipe), so that neither it
+        # nor a sandbox holds the grader's stdout, which a caller reading it to its end would wait on
         self.errors = tempfile.TemporaryFile()  # noqa: SIM115 -- kept for the zygote's life
         self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno()),
                                       json.dumps(import_path())],
-                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=self.errors,
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self.errors,
                                      env=sandbox_env(threads), cwd="/")
         theirs.close()
         self.sock, self.threads = ours, threads
