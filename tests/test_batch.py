@@ -15,7 +15,7 @@ import pytest
 
 from autograder.batch.run import find_submissions, grade_batch
 from autograder.cli import main
-from autograder.course.config import load_course
+from autograder.course.config import ROOT, load_course
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.planted import planted, variant_source
 
@@ -309,6 +309,68 @@ def test_a_pools_workers_do_not_run_the_coordinators_main_module(tmp_path):
                          env={**os.environ, "MARKS": str(marks)})
     assert run.returncode == 0 and run.stdout.split() == ["True"], run.stderr[-3000:]
     assert len(marks.read_text().split()) == 1, f"the main module ran in {marks.read_text().split()}"
+
+
+ZYGOTE_PROBE = r'''
+import os
+from autograder.course.config import load_course
+from autograder.sandbox.grader_side import Sandbox
+from autograder.sandbox.zygote import CHILD, ZYGOTE
+
+
+def zygote_of(pid):
+    """The zygote a sandbox forked from: its oldest ancestor running child/__main__.py (its monitor is a fork too)."""
+    found = None
+    while pid > 1:
+        if str(CHILD).encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+            found = pid
+        pid = int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("PPid:")).split()[1])
+    return found
+
+
+def zygote_here():
+    """(this worker's pid, whether its sandboxes fork from another process's zygote, the zygote of a sandbox it
+    starts)."""
+    with Sandbox([], {}, load_course().limits) as sb:
+        return os.getpid(), ZYGOTE.shared, zygote_of(sb.proc)
+'''
+SHARED_ZYGOTE = r'''
+import os
+from autograder.batch.run import worker_pool
+from autograder.sandbox.zygote import ZYGOTE
+import zygote_probe
+
+def each_worker(pool):
+    seen = {}
+    for _ in range(40):  # until both workers have answered
+        worker, shared, zygote = pool.executor.submit(zygote_probe.zygote_here).result()
+        seen[worker] = (shared, zygote)
+        if len(seen) == 2:
+            return seen
+    raise SystemExit("one worker took every task")
+
+if __name__ == "__main__":
+    with worker_pool(2, "cpu") as pool:
+        print(ZYGOTE.proc.pid, sorted(set(each_worker(pool).values())))
+        ZYGOTE.proc.kill()  # the coordinator's zygote dies: each worker starts one of its own
+        ZYGOTE.proc.wait()
+        print(sorted(set(each_worker(pool).values())))
+'''
+
+
+def test_a_pools_workers_fork_their_sandboxes_from_the_coordinators_zygote(tmp_path):
+    """One zygote for the pool (its imports, 2.5 s of CPU, paid once, not once per worker): both workers' sandboxes
+    fork from the coordinator's; when it dies, each worker's next sandbox comes from a zygote of the worker's own."""
+    (tmp_path / "zygote_probe.py").write_text(ZYGOTE_PROBE)
+    (tmp_path / "coordinator.py").write_text(SHARED_ZYGOTE)
+    run = subprocess.run([sys.executable, str(tmp_path / "coordinator.py")], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    first, after = run.stdout.splitlines()
+    zygote, shared = first.split(" ", 1)
+    assert shared == f"[(True, {zygote})]", f"the coordinator's zygote is {zygote}; the workers used {shared}"
+    owns = eval(after)  # noqa: S307 -- our own script's printed list
+    assert len(owns) == 2 and all(not shared and pid != int(zygote) for shared, pid in owns), after
 
 
 def test_a_process_that_grades_under_two_course_files_has_the_identity_of_each(tmp_path, monkeypatch):

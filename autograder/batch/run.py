@@ -2,9 +2,10 @@
 
 Each submission is one pytest session (autograder/grading/grade.py). pytest is not thread-safe, so with several
 workers each runs in a worker process of its own (started once per batch and warmed before its first submission,
-autograder/batch/worker.py: the cost of importing torch is paid per worker, not per submission); with one worker,
-sessions run in this process. The coordinator of several workers imports no torch, pytest or grader: it only
-dispatches (this module's grading imports are deferred into the functions that grade).
+autograder/batch/worker.py: the cost of importing torch is paid per worker, not per submission), and they fork
+their sandboxes from one zygote, the coordinator's (its imports paid once per batch); with one worker, sessions
+run in this process. The coordinator of several workers imports no torch, pytest or grader: it only dispatches
+(this module's grading imports are deferred into the functions that grade).
 
 A results folder (`--results-dir`) holds one result per submission name, and a saved result is reused only when
 it is the same grading: the identity stored in its `extra_data.grading` (assignment, sha256 of the notebook's
@@ -28,7 +29,7 @@ from autograder.batch import worker
 from autograder.course.config import course_root, load_course
 from autograder.errors import setup_problem
 from autograder.grading.cache import atomic_write, libraries
-from autograder.sandbox.zygote import experiments_at_once, threads_per_worker
+from autograder.sandbox.zygote import ZYGOTE, experiments_at_once, threads_per_worker
 
 WORKER_EXIT_SECONDS = 5  # an interrupted worker closes its sandbox and lock in well under this
 _identities = {}  # (assignment, device, course.yaml, course root) -> grader_identity, once per process
@@ -339,11 +340,16 @@ def worker_pool(workers, device, expected=None):
     and the exception goes on. Left normally, it waits for the gradings under way and cancels those not started.
     """
     threads = threads_per_worker(workers)
+    starting = workers if expected is None else min(workers, expected)
+    # one zygote for the pool, the coordinator's (it imports no torch itself: the zygote is a process of its own),
+    # started now beside the workers' own imports; each worker forks its sandboxes from it (worker.started)
+    if starting:
+        ZYGOTE.ensure_started(threads)
     # each worker computes the grader identity itself (identity_here): it imports torch, and the coordinator never does
-    executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker.spawn_context(),
-                                   initializer=worker.started, initargs=(threads, os.getpid()))
+    executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker.spawn_context(), initializer=worker.started,
+                                   initargs=(threads, os.getpid(), ZYGOTE.sock if starting else None))
     try:
-        for _ in range(workers if expected is None else min(workers, expected)):
+        for _ in range(starting):
             # the pool starts a process for each submission that finds none idle: one no-op each starts them all now
             executor.submit(os.getpid)
         yield WorkerPool(executor, device, threads, experiments_at_once(workers))

@@ -4,7 +4,8 @@ coordinator.
 `warm(threads)` sets the thread environment before any math library loads (OpenMP reads it once, when torch
 loads libgomp), starts the zygote first (a process that imports torch on another core) and only then imports the
 grader (torch, pytest, the plugin), so that the two imports overlap. A pool worker of `course grade --workers N`
-(`started`, the pool's initializer), a single `course grade`, and a Dask worker (task.py) all start this way.
+(`started`, the pool's initializer), a single `course grade`, and a Dask worker (task.py) all start this way; a
+pool worker forks its sandboxes from its coordinator's zygote instead of starting one (run.py worker_pool).
 
 A pool worker watches its coordinator (a pidfd of its parent): when the coordinator ends in any way (SIGKILL and
 the OOM killer included) the worker interrupts itself, unwinds (its sandbox closed, its result lock released) and
@@ -48,12 +49,15 @@ def warm(threads):
     from autograder.grading import grade  # noqa: F401  (pytest, the plugin, the checks)
 
 
-def started(threads, coordinator):
-    """A pool worker's initializer: watch the coordinator (its pid), take interrupts as described above, then warm
-    up."""
+def started(threads, coordinator, zygote=None):
+    """A pool worker's initializer: watch the coordinator (its pid), take interrupts as described above, fork its
+    sandboxes from the coordinator's zygote (`zygote`: its control socket; None: start one's own), then warm up."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _interrupted)
     watch_parent(coordinator)
+    if zygote is not None:
+        from autograder.sandbox.zygote import ZYGOTE
+        ZYGOTE.attach(zygote, threads)
     warm(threads)
 
 

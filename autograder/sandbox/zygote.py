@@ -95,12 +95,22 @@ def sandbox_env(threads=None):
 
 
 class Zygote:
-    """The grader's zygote (see child/monitor.py's `zygote`): started at the first spawn, replaced once if it died."""
+    """The grader's zygote (see child/monitor.py's `zygote`): started at the first spawn, replaced once if it died;
+    or another process's, shared (attach)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.proc = None
         self.threads = None  # the CPU threads its sandboxes start with (sandbox_env's OMP_NUM_THREADS)
+        self.shared = False  # whether it is another process's (attach): then self.proc is None
+
+    def attach(self, sock, threads):
+        """Fork this process's sandboxes from another process's zygote, through `sock` (its control socket, as a
+        pool's coordinator passes it to each worker): one zygote's imports (torch, matplotlib, IPython: 2.5 s of CPU)
+        for the whole pool instead of one per worker. Each request is one message carrying its own pipes, so the
+        workers' requests never mix. A shared zygote that stops answering is replaced by one of this process's."""
+        with self.lock:
+            self.sock, self.threads, self.proc, self.shared = sock, threads, None, True
 
     def spawn(self, cfg):
         """Start a sandbox; returns (pid, (req_w, resp_r, out_r, status_r, life_w)), the grader's pipe ends.
@@ -115,7 +125,7 @@ class Zygote:
             theirs = [req_r, resp_w, out_w, status_w, life_r]
             try:
                 with self.lock:
-                    if self.proc is None or self.proc.poll() is not None:
+                    if not self.shared and (self.proc is None or self.proc.poll() is not None):
                         self._start(cfg.get("threads") or self.threads)
                     # the zygote may have gone away between poll() and send: reading the pid below fails then
                     with contextlib.suppress(OSError):
@@ -130,6 +140,9 @@ class Zygote:
             for fd in (req_w, resp_r, out_r, status_r, life_w):
                 os.close(fd)
             with self.lock:
+                if self.shared:  # the coordinator's zygote is gone: the next attempt starts this process's own
+                    self.shared, self.proc = False, None
+                    continue
                 try:  # a dying zygote closes its files a moment before it can be reaped
                     self.proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
@@ -140,7 +153,7 @@ class Zygote:
         """Start the zygote now (a warm worker's), not at the first spawn, its sandboxes with `threads` CPU threads;
         a running one is kept."""
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
+            if not self.shared and (self.proc is None or self.proc.poll() is not None):
                 self._start(threads)
 
     def _start(self, threads=None):
