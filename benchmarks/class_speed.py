@@ -18,7 +18,10 @@ before and after the rows and averaged), and the ratio is the figure. The rows (
   nbgrader   8 lab14 submissions through `nbgrader autograde` (the README's path, all cores) / the same with
              CourseAutograde.workers=1 (one after another), the same gradebook asserted     goal <= 0.6x
              (each twice, in the order all cores, one by one, one by one, all cores: the machine's drift over the
-             four runs cancels out of the ratio of the sums)
+             four runs cancels out of the ratio of the sums). A mixed class: 3 complete notebooks, 3 with two
+             items done, 2 of the release (only the complete ones train)
+  nbgrader-complete
+             the same with 8 complete notebooks (every one trains)                          goal <= 0.6x
   start      the CPU-seconds of a grader's fixed start: `course grade` of the release (stubs, nothing trains),
              with 1 worker and with 2 (per worker)
 
@@ -28,7 +31,8 @@ TA's does, for what is the course's and not the submission's: the reference's va
 run is judged against (grading/experiments.py), computed by a warm-up grading of each assignment, not timed, as
 the first grading on a machine computes them.
 
-    python benchmarks/class_speed.py [--rows batch class lab14 w8l4 frozen hog nbgrader start] [--device cuda]
+    python benchmarks/class_speed.py [--rows batch class lab14 w8l4 frozen hog nbgrader nbgrader-complete start]
+                                     [--device cuda]
 """
 import argparse
 import multiprocessing
@@ -102,8 +106,9 @@ def hog():
         pass
 
 
-def nbgrader_class(tmp, n, workers, tag=""):
-    """(wall, scores) of `nbgrader autograde` over n lab14 submissions in a fresh copy of the course."""
+def nbgrader_class(tmp, n, workers, tag="", complete=False):
+    """(wall, scores) of `nbgrader autograde` over n lab14 submissions (mixed, or all `complete`) in a fresh copy of
+    the course."""
     course = Path(tmp) / f"course-{workers}{tag}"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
     for rel in filter(None, files.stdout.split("\0")):
@@ -114,7 +119,8 @@ def nbgrader_class(tmp, n, workers, tag=""):
         shutil.copytree(ROOT / ".grader" / "cache", course / ".grader" / "cache")
     for k in range(n):
         kinds = [solved(LAB, f"nb{k}"), solved(LAB, f"nb{k}", ["scaled_dot_product_attention", "PositionalEncoding"])]
-        write(course / ".nbgrader" / "submitted" / f"student{k}", LAB, LAB, (kinds + [None])[k % 3])
+        write(course / ".nbgrader" / "submitted" / f"student{k}", LAB, LAB, kinds[0] if complete else
+              (kinds + [None])[k % 3])
     env = {**ENV, "PYTHONPATH": str(course), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     timed(["course", "release", LAB], cwd=course, env=env)
     wall, _ = timed(["nbgrader", "autograde", LAB, f"--CourseAutograde.workers={workers}"], cwd=course, env=env)
@@ -125,7 +131,7 @@ def nbgrader_class(tmp, n, workers, tag=""):
 
 
 def main():
-    rows = ["batch", "class", "lab14", "w8l4", "frozen", "hog", "nbgrader", "start"]
+    rows = ["batch", "class", "lab14", "w8l4", "frozen", "hog", "nbgrader", "nbgrader-complete", "start"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", choices=rows, default=rows)
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where the graded and the lecture's training run")
@@ -181,19 +187,21 @@ def main():
             finally:
                 busy.kill()
             say("hog", beside, idle, "<= 2.5", f"lab14 beside one spinning core: {beside:.1f} s, idle {idle:.1f} s")
-        if "nbgrader" in args.rows:
+        for row, complete in (("nbgrader", False), ("nbgrader-complete", True)):
+            if row not in args.rows:
+                continue
             # all cores, one by one, one by one, all cores: the machine's drift over the four runs cancels out
             walls, gradebooks = {0: [], 1: []}, []
             for k, workers in enumerate((0, 1, 1, 0)):
-                wall, scores = nbgrader_class(tmp, 8, workers, f"-{k}")
+                wall, scores = nbgrader_class(tmp, 8, workers, f"-{row}-{k}", complete)
                 walls[workers].append(wall)
                 gradebooks.append(scores)
             assert all(g == gradebooks[0] for g in gradebooks), f"the gradebooks differ: {gradebooks}"
             parallel, serial = (sum(walls[w]) / 2 for w in (0, 1))
-            say("nbgrader", parallel, serial, "<= 0.6",
-                f"8 lab14 through nbgrader: {parallel:.1f} s on all cores, {serial:.1f} s one by one (means of "
-                f"{', '.join(f'{w:.1f}' for w in walls[0])} and {', '.join(f'{w:.1f}' for w in walls[1])} s, run "
-                f"all-one-one-all); same gradebook")
+            say(row, parallel, serial, "<= 0.6",
+                f"8 {'complete' if complete else 'mixed'} lab14 through nbgrader: {parallel:.1f} s on all cores, "
+                f"{serial:.1f} s one by one (means of {', '.join(f'{w:.1f}' for w in walls[0])} and "
+                f"{', '.join(f'{w:.1f}' for w in walls[1])} s, run all-one-one-all); same gradebook")
         if "start" in args.rows:
             for k in range(2):
                 write(tmp / "stubs", f"student{k}", LAB)
