@@ -1,4 +1,4 @@
-"""The zygote: one process per grader that has imported torch and forks each sandbox from there.
+"""The zygote: one process per grader (or per worker pool) that has imported torch and forks each sandbox from there.
 
 It also imports, once, what notebooks' setup cells import: each sandbox inherits them. What an assignment's sandboxes
 may import later at a cost of seconds (course.yaml's `preload`: torch._dynamo, which torch.optim's first optimizer
