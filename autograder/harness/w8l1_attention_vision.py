@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .training import data_seeds, on_device, pass_marks, seeded, shuffled_rows, train_until
+from .training import data_seeds, denormals_flushed, on_device, pass_marks, seeded, shuffled_rows, train_until
 from .w8l1_red_square import build_pooled, build_spatial, evaluate_spatial, shapes_data, train_spatial
 
 # --- MNIST autoencoders (Sections 2-3) ---
@@ -176,7 +176,8 @@ def build_linear_ae(parts, cfg, seed, device):
 def train_linear(model, parts, data, cfg, seed):
     """parts.train_linear_ae, full batch, then its weights into `model`."""
     t0 = time.perf_counter()
-    net = parts.train_linear_ae(data["X"], K_LIN, cfg["steps"], LR_LIN, seed=seed)
+    with denormals_flushed():  # as train_until trains (training.py)
+        net = parts.train_linear_ae(data["X"], K_LIN, cfg["steps"], LR_LIN, seed=seed)
     with torch.no_grad():
         model.We.weight.copy_(net.We.weight)
         model.Wd.weight.copy_(net.Wd.weight)
