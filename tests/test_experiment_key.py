@@ -25,7 +25,7 @@ def code(source="def f(x):\n    return x + 1\n"):
 
 
 def test_the_key_covers_every_input_that_can_change_a_run():
-    inputs = experiment_inputs(code(), AID, EXP, 0, "cpu", None)
+    inputs = experiment_inputs(code(), AID, EXP, 0, "cpu", 1)
     assert set(inputs) == {"cells", "code", "solutions", "cfg", "seed", "device", "libraries", "data", "threads",
                            "watched"}
     assert set(inputs["code"]) == {"grader", "harness"} and set(inputs["libraries"]) == {"torch", "numpy", "python"}

@@ -396,9 +396,26 @@ def test_the_zygote_sets_its_thread_count_before_any_sandbox_forks(monkeypatch):
     sandbox.ZYGOTE.ensure_started(1)
     try:
         with sandbox_of(("setup_t", "import torch\ndef threads():\n    return torch.get_num_threads()\n")) as sb:
-            assert sb.threads is None and ask(sb, "threads") == 1
+            assert ask(sb, "threads") == 1
         environ = Path(f"/proc/{sandbox.ZYGOTE.proc.pid}/environ").read_bytes().split(b"\0")
         assert b"OMP_NUM_THREADS=1" in environ and b"MKL_NUM_THREADS=1" in environ, environ
+    finally:
+        sandbox.ZYGOTE.proc.kill()
+
+
+def test_a_sandbox_given_no_thread_count_runs_one_gradings_share_not_torchs_one_per_core(monkeypatch):
+    """nbgrader's one-by-one path, Gradescope and the doctor grade with no worker's share (grade_notebook): their
+    sandboxes, and the zygote the first one starts, still run course.yaml's `threads`, so that a notebook trains
+    the same bits on every path (torch's default, one thread per core, is 2 here against the course's 1)."""
+    import autograder.sandbox.grader_side as sandbox
+    import autograder.sandbox.zygote as zygote
+    monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())
+    share = sandbox.threads_per_worker(1)
+    try:
+        with sandbox_of(("setup_t", "import torch\ndef threads():\n    return torch.get_num_threads()\n")) as sb:
+            assert sb.threads == share and ask(sb, "threads") == share, f"expected {share} threads"
+        environ = Path(f"/proc/{sandbox.ZYGOTE.proc.pid}/environ").read_bytes().split(b"\0")
+        assert f"OMP_NUM_THREADS={share}".encode() in environ, environ
     finally:
         sandbox.ZYGOTE.proc.kill()
 

@@ -266,7 +266,7 @@ def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, packa
     return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "code": experiment_code(aid, package),
             "solutions": solution_fingerprint(aid), "cfg": exp.cfg,
             "seed": seed, "device": device, "libraries": libraries(), "data": data,
-            "threads": threads or torch.get_num_threads(),  # the sandbox forks from a process with our default
+            "threads": threads,  # the sandbox's: a worker's share, or one grading's (grader_side.Sandbox)
             "watched": watched}
 
 

@@ -100,12 +100,14 @@ class Sandbox:
     """One student's process: start, request, and kill; restarts itself after a failure.
 
     `with Sandbox(...) as sb:` starts it (unless it runs already) and kills it on the way out, however the
-    block ends.
+    block ends. Its CPU threads: `threads` (a worker's share of the cores), else one grading's (threads_per_worker(1):
+    course.yaml's `threads`, at most the cores), never torch's default of one per core, so that a notebook trains the
+    same bits through nbgrader, Gradescope or `course grade`.
     """
 
     def __init__(self, cells, harness_sources, limits, device="cpu", threads=None, tripwire=None, preload=()):
         self.cells, self.harness_sources = cells, harness_sources
-        self.limits, self.device, self.threads = limits, device, threads
+        self.limits, self.device, self.threads = limits, device, threads or threads_per_worker(1)
         self.tripwire = tripwire  # scoring.tripwire_table: the oracles watched before any of the student's cells loads
         self.preload = list(preload)  # what the zygote imports once this sandbox is out (course.yaml's `preload`)
         self.isolated = can_isolate()
