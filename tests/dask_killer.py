@@ -28,7 +28,7 @@ class Killer(WorkerPlugin):
         key = str(key)
         once, always = os.environ.get("COURSE_TEST_KILL_ONCE"), os.environ.get("COURSE_TEST_KILL_ALWAYS")
         if always and key.startswith(f"grade-{always}-"):
-            threading.Timer(0.2, _die).start()
+            _die()  # before the task runs: a warm worker grades one item in well under a second
         elif once and key.startswith(f"grade-{once}-"):
             mark = Path(os.environ["COURSE_TEST_KILL_MARKS"]) / once
             try:
