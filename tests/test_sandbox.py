@@ -388,8 +388,8 @@ def test_parallel_sandboxes_get_their_share_of_the_cores():
 
 
 def test_the_zygote_sets_its_thread_count_before_any_sandbox_forks(monkeypatch):
-    """A zygote started with a thread count (a warm worker's share) sets it in torch itself: a sandbox asking for
-    none after the fork still runs with it, and the zygote's environment says it too (libgomp reads it once)."""
+    """A zygote started with a thread count (a warm worker's share) sets it in torch itself, before any sandbox
+    forks: its sandboxes run with it, and the zygote's environment says it too (libgomp reads it once)."""
     import autograder.sandbox.grader_side as sandbox
     import autograder.sandbox.zygote as zygote
     monkeypatch.setattr(sandbox, "ZYGOTE", zygote.Zygote())

@@ -12,10 +12,11 @@ Wrong work must not cost the most: when the grader sends the reference's validat
 why in `hopeless`; and it validates only from `validate_from` times the step where the reference cleared its marks
 (validation_start): before that, a validation could stop only a run that learns faster than the reference.
 
-Every run trains with subnormal floats flushed to zero (denormals_flushed): as a model learns, Adam's moments and
-the softmax of peaked attention scores fall below float32's smallest normal number (1.2e-38), and on x86 each such
-operand costs tens of cycles. w8l4's transformer took 27.1 s for its 500 steps on one thread, and 20.6 s flushed,
-the same weights bit for bit (2026-12-05): those values are too small to move a sum of normal ones.
+Every run trains with subnormal floats flushed to zero (denormals_flushed): as a model learns, values below
+float32's smallest normal number (1.2e-38) appear in its steps, and on x86 each such operand costs tens of cycles.
+w8l4's transformer took 27.1 s for its 500 steps on one thread (its 100-step blocks slowing from 4.5 s to 5.7 s),
+and 20.6 s flushed, the same weights bit for bit (2026-12-05): those values are too small to move a sum of normal
+ones.
 
 The sandbox loads this module beside the harness (grading/experiments.py harness_sources), so it imports nothing
 of the grader's.
