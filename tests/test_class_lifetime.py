@@ -1,7 +1,9 @@
 """Nothing of a batch outlives its coordinator: SIGTERM or SIGKILL to `course grade DIR --workers 2` while its
 sandboxes run leaves no pool worker, zygote, monitor or sandbox alive 10 s later, at every isolation level this
 machine can make (tests/test_isolation_levels.py makes them: root with and without CAP_SYS_ADMIN, an ordinary user
-with and without user namespaces, and no isolation at all with --allow-unisolated).
+with and without user namespaces, and no isolation at all with --allow-unisolated). The README's nbgrader path on
+all cores (`nbgrader autograde` with CourseAutograde.workers=2) starts the same pool: `kill PID` to nbgrader leaves
+nothing of it either.
 
 The coordinator is started below a launcher that is a child subreaper (PR_SET_CHILD_SUBREAPER): whatever the
 batch leaves behind, however it detached itself (setsid, a double fork, a sandbox's own process), is reparented
@@ -96,11 +98,16 @@ def left_after(launcher, recorded):
     return {pid: procs[pid][3] for pid in set(alive(recorded)) | set(below(launcher.pid, procs)) if pid in procs}
 
 
-def sandboxes_running(launcher, procs):
-    """The coordinator's pid and how many sandboxes run (children of a monitor: the zygote's forks)."""
+COURSE_GRADE = (" grade ", f" -a {AID} ")  # what the coordinator's command line holds: `course grade`'s
+NBGRADER = (" nbgrader autograde ",)  # and `nbgrader autograde`'s
+
+
+def sandboxes_running(launcher, procs, marks=COURSE_GRADE):
+    """The coordinator's pid (its command line holds `marks`) and how many sandboxes run (children of a monitor:
+    the zygote's forks)."""
     tree = below(launcher, procs)
-    coordinator = next((p for p in tree if procs[p][3].startswith(sys.executable) and " grade " in procs[p][3]
-                        and f" -a {AID} " in procs[p][3]), None)
+    coordinator = next((p for p in tree if procs[p][3].startswith(sys.executable)
+                        and all(mark in procs[p][3] for mark in marks)), None)
     child = [p for p in tree if CHILD_MAIN in procs[p][3]]
     monitors = [p for p in child if procs[p][0] in child]
     return coordinator, sum(procs[p][0] in monitors for p in tree)
@@ -161,32 +168,68 @@ def kill_in_the_middle(level, sig, targets, tmp):  # noqa: F811
     GONE_WITHIN_SECONDS later; interrupted (not killed), it says so."""
     launcher = start_batch(level, targets, tmp)
     try:
-        deadline = time.monotonic() + START_SECONDS
-        while True:
-            procs = table()
-            coordinator, running = sandboxes_running(launcher.pid, procs)
-            if coordinator and running >= 2:
-                break
-            assert launcher.poll() is None and time.monotonic() < deadline, \
-                f"the batch never had two sandboxes running: {stop(launcher)[1][-3000:]}"
-            assert coordinator is None or procs.get(coordinator, (0, 0, "Z"))[2] != "Z", \
-                f"the coordinator ended before its sandboxes ran: {stop(launcher)[1][-3000:]}"
-            time.sleep(0.5)
-        time.sleep(2)  # the sandboxes are loading the notebooks or training
-        procs = table()
-        tree = below(launcher.pid, procs)
-        recorded = [(pid, procs[pid][1]) for pid in tree]
-        kinds = {"workers": sum("spawn_main" in procs[p][3] for p in tree),
-                 "zygotes and monitors": sum(CHILD_MAIN in procs[p][3] for p in tree)}
-        assert kinds["workers"] == 2 and kinds["zygotes and monitors"] >= 4, (kinds, [procs[p][3] for p in tree])
-        os.kill(coordinator, sig)
-        left = left_after(launcher, recorded)
-        assert not left, f"{len(left)} of the batch's {len(recorded)} processes outlived its coordinator by " \
-                         f"{GONE_WITHIN_SECONDS} s after {sig.name}: {json.dumps(left, indent=1)}"
+        kill_once_two_sandboxes_run(launcher, sig)
     finally:
         _out, err = stop(launcher)
     if sig != signal.SIGKILL:
         assert "interrupted" in err, err[-3000:]
+
+
+def kill_once_two_sandboxes_run(launcher, sig, marks=COURSE_GRADE):
+    """Send `sig` to the coordinator below `launcher` (its command line holds `marks`) once two sandboxes have run
+    for 2 s, its two pool workers beside them; nothing of it may be left GONE_WITHIN_SECONDS later."""
+    deadline = time.monotonic() + START_SECONDS
+    while True:
+        procs = table()
+        coordinator, running = sandboxes_running(launcher.pid, procs, marks)
+        if coordinator and running >= 2:
+            break
+        assert launcher.poll() is None and time.monotonic() < deadline, \
+            f"the batch never had two sandboxes running: {stop(launcher)[1][-3000:]}"
+        assert coordinator is None or procs.get(coordinator, (0, 0, "Z"))[2] != "Z", \
+            f"the coordinator ended before its sandboxes ran: {stop(launcher)[1][-3000:]}"
+        time.sleep(0.5)
+    time.sleep(2)  # the sandboxes are loading the notebooks or training
+    procs = table()
+    tree = below(launcher.pid, procs)
+    recorded = [(pid, procs[pid][1]) for pid in tree]
+    kinds = {"workers": sum("spawn_main" in procs[p][3] for p in tree),
+             "zygotes and monitors": sum(CHILD_MAIN in procs[p][3] for p in tree)}
+    assert kinds["workers"] == 2 and kinds["zygotes and monitors"] >= 4, (kinds, [procs[p][3] for p in tree])
+    os.kill(coordinator, sig)
+    left = left_after(launcher, recorded)
+    assert not left, f"{len(left)} of the batch's {len(recorded)} processes outlived its coordinator by " \
+                     f"{GONE_WITHIN_SECONDS} s after {sig.name}: {json.dumps(left, indent=1)}"
+
+
+def test_nothing_of_an_nbgrader_autograde_on_all_cores_outlives_it(tmp_path):
+    """The README's nbgrader path grading on all cores (CourseAutograde.workers=2), stopped as a TA stops it,
+    `kill PID`, while its sandboxes run: nbgrader takes SIGTERM as its end, and the pool workers it started, their
+    zygote and sandboxes go with it."""
+    from autograder.notebooks.build import run_nbgrader
+    from tests.test_nbgrader_roundtrip import CONFIG
+    root = tmp_path / "course"
+    shutil.copytree(ROOT / "assignments" / AID, root / "source" / AID)
+    (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                           root=str(root)))
+    generated = run_nbgrader(["generate_assignment", AID, "--force"], root)
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    write_batch(root / "submitted")
+    for student in (root / "submitted").iterdir():  # nbgrader's layout: submitted/<student>/<assignment>/
+        notebook = student / f"{AID}.ipynb"
+        (student / AID).mkdir()
+        notebook.rename(student / AID / notebook.name)
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(LAUNCHER)
+    env = {**os.environ, "COURSE_NO_CACHE": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    launcher = subprocess.Popen([sys.executable, str(launcher), sys.executable, "-m", "nbgrader", "autograde", AID,
+                                 "--CourseAutograde.workers=2"], cwd=root, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        kill_once_two_sandboxes_run(launcher, signal.SIGTERM, NBGRADER)
+    finally:
+        stop(launcher)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
