@@ -67,6 +67,7 @@ class CourseAutograde(Autograde):
     _pool = None           # this machine's WorkerPool, grading what the first walk writes
     _pregrading = None     # (assignment, student) -> the future of its grading (in _pool, or on the cluster)
     _graded_dir = None     # the results folder of the walk that scores (<assignment>/<student>.json)
+    _released_names = None  # assignment -> its notebooks' names in the gradebook (released_names)
 
     def convert_notebooks(self):
         """nbgrader's walk; with several workers or a cluster, a collecting walk, the class graded at once, and the
@@ -233,12 +234,17 @@ class CourseAutograde(Autograde):
         return resources
 
     def released_names(self, aid):
-        """The assignment's notebooks as the gradebook knows them; None when it does not know the assignment."""
-        with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
-            try:
-                return sorted(n.name for n in gb.find_assignment(aid).notebooks)
-            except MissingEntry:
-                return None
+        """The assignment's notebooks as the gradebook knows them; None when it does not know the assignment. Read
+        once per run (autograde changes no assignment), not once per student and walk."""
+        if self._released_names is None:
+            self._released_names = {}
+        if aid not in self._released_names:
+            with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+                try:
+                    self._released_names[aid] = sorted(n.name for n in gb.find_assignment(aid).notebooks)
+                except MissingEntry:
+                    self._released_names[aid] = None
+        return self._released_names[aid]
 
     def take_notebooks(self, aid, student):
         """The student's notebooks under their released names; a lone one of another name is copied to its name."""
