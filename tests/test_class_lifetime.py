@@ -219,13 +219,13 @@ def test_nothing_of_an_nbgrader_autograde_on_all_cores_outlives_it(tmp_path):
         notebook = student / f"{AID}.ipynb"
         (student / AID).mkdir()
         notebook.rename(student / AID / notebook.name)
-    launcher = tmp_path / "launcher.py"
-    launcher.write_text(LAUNCHER)
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
     env = {**os.environ, "COURSE_NO_CACHE": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    launcher = subprocess.Popen([sys.executable, str(launcher), sys.executable, "-m", "nbgrader", "autograde", AID,
-                                 "--CourseAutograde.workers=2"], cwd=root, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen([sys.executable, str(script), sys.executable, "-m", "nbgrader", "autograde", AID,
+                                 "--CourseAutograde.workers=2", "--log-level=WARN"], cwd=root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         kill_once_two_sandboxes_run(launcher, signal.SIGTERM, NBGRADER)
     finally:
