@@ -23,13 +23,16 @@ from nbgrader.preprocessors import (
                                     SaveCells,
 )
 
+from autograder.integrations.nbgrader_export import CourseExportPlugin
 from autograder.integrations.nbgrader_plugin import (
                                     FEEDBACK_TEMPLATES,
                                     CourseAutograde,
+                                    CourseFeedbackExporter,
                                     FeedbackSummary,
                                     RepairSubmission,
                                     TrustedGrade,
 )
+from autograder.reports.student_html import clean_student_html
 
 here = os.path.dirname(os.path.abspath(__file__))
 state = os.path.join(here, ".nbgrader")  # git-ignored: gradebook, submissions, autograded and feedback folders
@@ -73,7 +76,17 @@ c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadat
 # hidden-test region of a test cell; markdown is sanitised and written answers shown as text (never markup).
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", ClearHiddenTests, FeedbackSummary,
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
-c.HTMLExporter.template_name = "feedback"  # nbgrader's, extended by autograder/reports/templates/feedback/
-c.HTMLExporter.template_file = "course_feedback.html.j2"
-c.HTMLExporter.extra_template_basedirs = FEEDBACK_TEMPLATES
+# The page's template is set on the feedback's own exporter class: formgrader's grading page is an HTMLExporter too,
+# with a template of its own (formgrade) that settings on HTMLExporter would replace.
+c.GenerateFeedback.exporter_class = CourseFeedbackExporter
+c.CourseFeedbackExporter.template_name = "feedback"  # nbgrader's, extended by autograder/reports/templates/feedback/
+c.CourseFeedbackExporter.template_file = "course_feedback.html.j2"
+c.CourseFeedbackExporter.extra_template_basedirs = FEEDBACK_TEMPLATES
+c.CourseFeedbackExporter.filters = {"clean_student_html": clean_student_html}
+# Every page made from a submission, the student's feedback and the TA's grading page alike: a student's markdown and
+# outputs are sanitised, so that a <script> in an answer never runs in a browser (the TA's holds a Jupyter token).
 c.HTMLExporter.sanitize_html = True
+
+# `nbgrader export`: nbgrader's columns, then the automatic and the written points apart (written: pending until a TA
+# has graded every answer in formgrader).
+c.ExportApp.plugin_class = CourseExportPlugin

@@ -1,5 +1,5 @@
 """The `course` command: one verb per job over the shared core (grade, report, solve, sync, release, export,
-experiments, demo, doctor)."""
+experiments, formgrader, demo, doctor)."""
 import argparse
 import atexit
 import contextlib
@@ -82,7 +82,8 @@ def cmd_grade(args):
         return 130
     shown = items or list(assignment.items)
     marks = {name: got for name, got in how.items() if got != "graded"}
-    print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}, marks=marks))
+    written = written_of(args.assignment, rows) if not items else None
+    print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}, marks=marks, written=written))
     if marks:
         counts = ", ".join(f"{sum(got == k for got in how.values())} {k}" for k in ("graded", "reused", "merged"))
         print("\n" + textwrap.fill(f"{counts}. reused: the result saved in {args.results_dir} by the same grading "
@@ -97,12 +98,19 @@ def cmd_grade(args):
         payload = saved[0][1] if len(saved) == 1 else [{"submission": n, **r} for n, r in saved]
         Path(args.json).write_text(json.dumps(payload, indent=1))
     if args.csv:
-        write_csv(args.csv, rows, shown)
+        write_csv(args.csv, rows, shown, written)
     if report_grader_errors(rows, args.results_dir, args.debug):
         rerun = "; with --results-dir only these are graded again" if args.results_dir else ""
         print(f"fix the cause, then rerun the submissions not scored{rerun}", file=sys.stderr)
         return 3
     return 0
+
+
+def written_of(aid, rows):
+    """Each submission's written answers (reports/written.py) by the name in `rows`, from nbgrader's gradebook."""
+    from autograder.reports.written import student_of, written_grades
+    found = written_grades(aid, {student_of(name) for name, _ in rows})
+    return {name: found[student_of(name)] for name, _ in rows} if found else None
 
 
 def report_grader_errors(rows, log_folder, debug=False):
@@ -199,6 +207,22 @@ def cmd_report(args):
     return 0
 
 
+def cmd_formgrader(args):
+    """nbgrader's formgrader for this course: a Jupyter server in the course folder with nbgrader's formgrader and
+    the course's extension (autograder/integrations/formgrader.py); it replaces this process, and Ctrl-C stops it."""
+    root = course_root()
+    extensions = ["nbgrader.server_extensions.formgrader", "autograder.integrations.formgrader"]
+    argv = [sys.executable, "-m", "jupyter_server", f"--ServerApp.root_dir={root}", f"--ServerApp.ip={args.ip}",
+            f"--ServerApp.port={args.port}", "--ServerApp.default_url=/formgrader", "--ServerApp.open_browser=False",
+            *[f"--ServerApp.jpserver_extensions={name}=True" for name in extensions]]
+    if os.geteuid() == 0:  # a grading machine's root, as in a container: Jupyter refuses it unless told
+        argv.append("--ServerApp.allow_root=True")
+    print(f"formgrader for {root} on http://{args.ip}:{args.port}/formgrader (the token is in the URL Jupyter prints "
+          f"below; stop with Ctrl-C)", flush=True)
+    os.chdir(root)  # nbgrader reads nbgrader_config.py from the folder it runs in
+    os.execv(sys.executable, argv)
+
+
 def cmd_demo(args):
     from autograder.apps.demo import demo
     return demo(device=args.device, workers=args.workers, debug=args.debug)
@@ -289,6 +313,14 @@ def build_parser():
                         "environment from its requirements, an /autograder-like root, no CAP_SYS_ADMIN")
     s.add_argument("--venv", help="--check's environment: built here if missing, reused if present")
     s.set_defaults(run=cmd_export)
+
+    s = sub.add_parser("formgrader", help="open nbgrader's formgrader for this course: grade written answers, "
+                                          "comment, give extra credit, autograde one student (docs/TA.md)")
+    s.add_argument("--port", type=int, default=8888, help="the port to listen on (default 8888; the next free one "
+                   "if it is taken)")
+    s.add_argument("--ip", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine "
+                   "only; reach it from yours with `ssh -L 8888:127.0.0.1:8888 HOST`)")
+    s.set_defaults(run=cmd_formgrader)
 
     s = sub.add_parser("demo", help="release, example submissions, grading and the grade table, end to end")
     add_device(s, "auto")

@@ -93,17 +93,17 @@ def feedback_page(result):
 
     import nbformat
     import nbgrader
-    from nbconvert import HTMLExporter
     from traitlets.config.loader import PyFileConfigLoader
 
     from autograder.course.config import ROOT
-    from autograder.integrations.nbgrader_plugin import RESULTS_KEY, FeedbackSummary
+    from autograder.integrations.nbgrader_plugin import RESULTS_KEY, CourseFeedbackExporter, FeedbackSummary
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     assert FeedbackSummary in config.GenerateFeedback.preprocessors
+    assert config.GenerateFeedback.exporter_class is CourseFeedbackExporter
     config.HTMLExporter.extra_template_paths = [os.path.join(  # what nbgrader's GenerateFeedback adds
         os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "static", "node_modules", "bootstrap",
         "dist", "css")]
-    exporter = HTMLExporter(config=config)
+    exporter = CourseFeedbackExporter(config=config)
     exporter.register_preprocessor(FeedbackSummary(), enabled=True)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("hello")], metadata={RESULTS_KEY: result})
     grades = {"notebook": "lab", "score": 1.0, "max_score": 2.0, "late_penalty": 0}

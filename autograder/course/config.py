@@ -168,12 +168,22 @@ class Experiment(Strict):
             isinstance(metrics.get(k), (int, float)) and near(metrics[k], b) for k, b in self.threshold.items())
 
 
+class Written(Strict):
+    """A written answer (a manually graded markdown cell, `answer_*`): its points, and the rubric TAs see beside it
+    in formgrader."""
+    points: float = Field(ge=0)
+    rubric: str = ""
+
+
 class Assignment(Strict):
     title: str
     lecture: str
     notebook: str
     items: dict[str, Item]
     experiments: dict[str, Experiment] = {}
+    # grade_id -> its written answer; TAs grade them in formgrader. Excluded from model_dump: no automatic score
+    # depends on them, so they are no part of a grading's identity (batch/run.py), and a rubric's edit regrades nothing
+    written: dict[str, Written] = Field({}, exclude=True)
     dependencies: Dependencies | None = None  # None: the course's
     preload: list[str] = []  # modules each sandbox zygote imports once its first sandbox is out (course.yaml)
     id: str = ""
@@ -185,6 +195,9 @@ class Assignment(Strict):
             if unknown:
                 raise ValueError(f"items.{item}.checked_with: {', '.join(map(repr, unknown))} is not another item "
                                  f"of this assignment")
+        bad = [gid for gid in self.written if not gid.startswith("answer_")]
+        if bad:
+            raise ValueError(f"written: {', '.join(map(repr, bad))}: a written answer's grade_id starts with answer_")
         for name, exp in self.experiments.items():
             exp.name = name
             if exp.item is not None and exp.item not in self.items:
@@ -200,7 +213,13 @@ class Assignment(Strict):
 
     @property
     def total_points(self) -> float:
+        """The automatic points: every item's checks and experiments (written answers are apart: written_points)."""
         return sum(self.item_points(i) for i in self.items)
+
+    @property
+    def written_points(self) -> float:
+        """The written answers' points, graded by TAs in formgrader, beside the automatic total."""
+        return sum(q.points for q in self.written.values())
 
     def experiments_of(self, item: str) -> list[Experiment]:
         return [e for e in self.experiments.values() if e.item == item and e.graded]

@@ -31,6 +31,7 @@ from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
 import nbformat
+from nbconvert.exporters import HTMLExporter
 from nbformat.v4 import new_output
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde
@@ -200,6 +201,9 @@ class CourseAutograde(Autograde):
         dest = Path(self._format_dest(assignment_id, student_id))
         if self.coursedir.notebook_id == "*":  # as --force would, without its warning: this copy is our own
             shutil.rmtree(dest, ignore_errors=True)
+            # nbconvert's writer makes its folder only when the folder changes: a class of one (`--student S`, the
+            # Autograde button) writes to the folder the collecting walk last wrote to, just removed
+            dest.mkdir(parents=True)
         for notebook in self.notebooks:
             (dest / f"{Path(notebook).stem}{self.exporter.file_extension}").unlink(missing_ok=True)
         return True
@@ -408,10 +412,28 @@ class CollectForGrading(NbGraderPreprocessor):
         return nb, resources
 
 
+class CourseFeedbackExporter(HTMLExporter):
+    """The feedback page's exporter (`GenerateFeedback.exporter_class`): its template settings in nbgrader_config.py
+    name this class, never HTMLExporter, whose settings formgrader's grading page shares."""
+
+
 class FeedbackSummary(NbGraderPreprocessor):
-    """Put the autograded result's summary (items, reasons, experiments) where the feedback template shows it."""
+    """Put the autograded result's summary (items, reasons, experiments) where the feedback template shows it, and
+    the written answers' points beside the automatic ones (after nbgrader's GetGrades has put each cell's score)."""
 
     def preprocess(self, nb, resources):
         result = nb.metadata.pop(RESULTS_KEY, None)
         resources["course_summary"] = summary_html(result) if result else ""
+        answers = [nbgrader_meta(c) for c in nb.cells
+                   if c.cell_type == "markdown" and nbgrader_meta(c).get("grade_id", "").startswith("answer_")]
+        written_max = sum(m.get("points") or 0 for m in answers)
+        # None while a TA has not graded every answer (nbgrader's score of an answer still to grade is None)
+        written = None if any(m.get("score") is None for m in answers) else sum(m["score"] for m in answers)
+        automatic = result["score"] if result else 0
+        # what else makes nbgrader's total: extra credit, a late penalty, a TA's override of an autograded cell
+        other = resources.get("nbgrader", {}).get("score", automatic) - automatic - (written or 0)
+        resources["course_split"] = {
+            "automatic": (automatic, result["max_score"]) if result else None,
+            "written": (written, written_max) if written_max else None,
+            "other": round(other, 4) if written is not None and abs(other) > 1e-6 else 0}
         return nb, resources

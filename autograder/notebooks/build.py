@@ -96,14 +96,10 @@ def sync(aid, write=True):
         if cell.source != text:
             cell.source = text
             changed.append(gid)
+    changed += sync_written(aid, nb)
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         gid = meta.get("grade_id", "")
-        if gid.startswith("answer_") and cell.cell_type == "markdown" and not (
-                meta.get("grade") and meta.get("solution") and meta.get("points") == 0):
-            # nbgrader wants written answers to be manually graded cells: worth 0 points, read by TAs
-            meta.update(grade=True, solution=True, points=0, locked=False)
-            changed.append(gid)
         if gid == "setup_checks" and cell.source != PUBLIC_CHECKS.read_text().rstrip("\n"):
             cell.source = PUBLIC_CHECKS.read_text().rstrip("\n")
             changed.append(gid)
@@ -115,6 +111,60 @@ def sync(aid, write=True):
                 changed.append(gid)
     if changed and write:
         nbformat.write(nb, path)
+    return changed
+
+
+def written_line(points):
+    """What the question tells students of its written answer's points (the last line of the question's cell)."""
+    if not points:
+        return "*Written answer: not graded (0 points); your TA may still read it.*"
+    return f"*Written answer: {points:g} point{'' if points == 1 else 's'}, graded by your TA.*"
+
+
+WRITTEN_LINE = re.compile(r"^\*Written answer: [^\n]*\*$", re.M)
+
+
+def written_cells(nb):
+    """(index, cell) of every written answer: a markdown cell whose grade_id starts with answer_."""
+    return [(i, cell) for i, cell in enumerate(nb.cells)
+            if cell.cell_type == "markdown" and nbgrader_meta(cell).get("grade_id", "").startswith("answer_")]
+
+
+def question_cell(nb, index):
+    """The question a written answer answers: the nearest markdown cell above it that is not an nbgrader cell."""
+    for cell in reversed(nb.cells[:index]):
+        if cell.cell_type == "markdown" and not nbgrader_meta(cell):
+            return cell
+    return None
+
+
+def sync_written(aid, nb):
+    """Each written answer made a manually graded cell worth course.yaml's points, and its question's last line
+    saying them; the grade_ids that changed. An answer cell course.yaml does not list, or the reverse, is an error."""
+    written = load_course().assignment(aid).written
+    cells = written_cells(nb)
+    found = [nbgrader_meta(cell)["grade_id"] for _, cell in cells]
+    unlisted, missing = sorted(set(found) - set(written)), sorted(set(written) - set(found))
+    if unlisted or missing:
+        raise ConfigError("; ".join(filter(None, [
+            unlisted and f"{aid}: written answers without points in course.yaml's `written:`: {', '.join(unlisted)}",
+            missing and f"{aid}: course.yaml's `written:` names cells the notebook does not have: {', '.join(missing)}"
+        ])))
+    changed = []
+    for index, cell in cells:
+        meta = nbgrader_meta(cell)
+        points = written[meta["grade_id"]].points
+        question = question_cell(nb, index)
+        if question is None:
+            raise ConfigError(f"{aid}: written answer '{meta['grade_id']}' has no question (a markdown cell) above it")
+        line = written_line(points)
+        text = WRITTEN_LINE.sub(line, question.source) if WRITTEN_LINE.search(question.source) \
+            else question.source.rstrip("\n") + "\n\n" + line
+        wanted = {"grade": True, "solution": True, "points": points, "locked": False}
+        if text != question.source or any(meta.get(k) != v for k, v in wanted.items()):
+            meta.update(wanted)
+            question.source = text
+            changed.append(meta["grade_id"])
     return changed
 
 
@@ -300,6 +350,20 @@ def verify(aid, folder):
                 problems.append(f"{aid}: '{test}' tells students {said or 'no'} points "
                                 f"(PublicChecks('{item}', points=...)), course.yaml says "
                                 f"{assignment.item_points(item)}")
+    written = assignment.written
+    for index, cell in written_cells(nb):
+        gid = nbgrader_meta(cell)["grade_id"]
+        points, question = nbgrader_meta(cell).get("points"), question_cell(nb, index)
+        if gid not in written:
+            problems.append(f"{aid}: written answer '{gid}' is not in course.yaml's `written:` (run `course sync`)")
+        elif points != written[gid].points or not nbgrader_meta(cell).get("grade"):
+            problems.append(f"{aid}: written answer '{gid}' is worth {points} points, course.yaml says "
+                            f"{written[gid].points:g}")
+        elif question is None or written_line(points) not in question.source:
+            problems.append(f"{aid}: the question of '{gid}' does not tell students its {points:g} points "
+                            f"(run `course sync`)")
+    for gid in sorted(set(written) - seen.keys()):
+        problems.append(f"{aid}: course.yaml's written answer '{gid}' has no cell in the release")
     if "setup_checks" not in seen or nb.cells[seen["setup_checks"]].source != PUBLIC_CHECKS.read_text().rstrip("\n"):
         problems.append(f"{aid}: the setup cell 'setup_checks' is not the course's public-check helper "
                         f"(run `course sync`)")

@@ -129,7 +129,24 @@ def assignment_section(aid, rows):
             "items": [{"item": item, "mean": mean, "top": top, "reasons": counts[item].most_common(TOP_REASONS),
                        "restored": restored[item][0], "regraded": restored[item][1]}
                       for item, mean, top in zip(items, means, maxima, strict=True)],
-            **experiment_sections(aid, rows), "similar": similar_section(aid, rows)}
+            **experiment_sections(aid, rows), "similar": similar_section(aid, rows),
+            "written": written_section(aid, whole)}
+
+
+def written_section(aid, rows):
+    """The written answers beside the automatic totals (reports/written.py): their points, how many submissions a
+    TA has graded in formgrader and their mean; None where the assignment has none (or course.yaml lacks it)."""
+    from autograder.course.config import load_course
+    from autograder.reports.written import student_of, written_grades
+    if aid not in load_course().assignments:
+        return None
+    found = written_grades(aid, {student_of(name) for name, _ in rows})
+    if not found:
+        return None
+    grades = [found[student_of(name)] for name, _ in rows]
+    graded = [g.score for g in grades if not g.pending]
+    return {"points": load_course().assignment(aid).written_points, "graded": len(graded),
+            "pending": len(grades) - len(graded), "mean": sum(graded) / len(graded) if graded else None}
 
 
 def items_of(summaries):

@@ -68,11 +68,12 @@ def score_text(value):
     return f"{value:.1f}" if value != int(value) else f"{int(value)}"
 
 
-def grade_table(rows, items, points=None, width=WIDTH, marks=None):
+def grade_table(rows, items, points=None, width=WIDTH, marks=None, written=None):
     """Per-student scores under numbered item columns, with a legend; blocks of columns so no line exceeds width.
 
     rows are (student, result); points maps item -> its maximum (taken from the results when not given); marks
-    maps a student to a word shown after the total (how `course grade --results-dir` got it: reused, merged).
+    maps a student to a word shown after the total (how `course grade --results-dir` got it: reused, merged);
+    written maps a student to their written answers' WrittenGrade (reports/written.py), a column after the total.
     A submission the grader failed on reads `grader error` in place of its scores (grader_error_lines says why).
     """
     if points is None:
@@ -84,7 +85,8 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None):
     name_w = min(24, max([len("submission")] + [len(s) for s, _ in rows])) + 2
     col_w, total_w = 6, 14
     mark_w = max([len(m) + 2 for m in marks.values()], default=0)
-    per_block = max(1, (width - name_w - total_w - mark_w) // col_w)
+    written_w = max([len("written") + 2] + [len(w.text()) + 2 for w in (written or {}).values()]) if written else 0
+    per_block = max(1, (width - name_w - total_w - written_w - mark_w) // col_w)
     legend = [f"#{k} {item} ({score_text(points[item])})" if item in points else f"#{k} {item}"
               for k, item in enumerate(items, 1)]
     # no-break spaces inside an entry, so that a line breaks only between entries
@@ -96,7 +98,7 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None):
         block = list(enumerate(items, 1))[start:start + per_block]
         last = start + per_block >= len(items)
         head = f"{'submission':<{name_w}}" + "".join(f"{'#' + str(k):>{col_w}}" for k, _ in block)
-        head += f"{'total':>{total_w}}" if last else ""
+        head += (f"{'total':>{total_w}}" + (f"{'written':>{written_w}}" if written else "")) if last else ""
         lines += ["", head, "-" * len(head)]
         for student, result in rows:
             name = student if len(student) <= name_w - 2 else (  # a name with folders keeps its end: ~secA/alice
@@ -108,7 +110,13 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None):
                 cells = "".join(f"{score_text(by_item[i][0]) if i in by_item else '-':>{col_w}}" for _, i in block)
                 total = f"{score_text(result['score'])}/{score_text(result['max_score'])}" if last else ""
             mark = f"  {marks[student]}" if last and student in marks else ""
-            lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}{mark}")
+            said = written[student].text() if last and written and student in written else ""
+            lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}"
+                         f"{said:>{written_w if last else 0}}{mark}")
+    if written:
+        lines += ["", textwrap.fill("total: the automatic points (checks and experiments), final. written: the written "
+                                    "answers, which TAs grade in formgrader; pending until every answer is graded "
+                                    "(docs/TA.md). Neither is in the other.", width)]
     return "\n".join(lines)
 
 
@@ -143,17 +151,23 @@ def grader_error_lines(rows, log=None):
     return lines
 
 
-def write_csv(path, rows, items):
+def write_csv(path, rows, items, written=None):
+    """One row per submission: each item's points, the automatic score and maximum; with `written` (student ->
+    WrittenGrade), the written answers' score (blank while pending), maximum and status after them."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["submission", *items, "score", "max_score"])
+        w.writerow(["submission", *items, "score", "max_score",
+                    *(["written_score", "written_max_score", "written_status"] if written else [])])
         for student, result in rows:
+            said = written.get(student) if written else None
+            tail = ([] if not written else ["", "", ""] if said is None else
+                    ["" if said.pending else said.score, said.max_score, "pending" if said.pending else "graded"])
             if not_scored(result):  # blank, never a 0 a gradebook import would take for a grade
-                w.writerow([as_cell(student), *[""] * len(items), "", ""])
+                w.writerow([as_cell(student), *[""] * len(items), "", "", *tail])
                 continue
             by_item = item_summary(result)
             w.writerow([as_cell(student), *[by_item.get(i, (0, 0, []))[0] for i in items], result["score"],
-                        result["max_score"]])
+                        result["max_score"], *tail])
 
 
 def not_scored(result):

@@ -1,0 +1,56 @@
+"""`nbgrader export` for this course: nbgrader's columns, then the automatic and the written points apart.
+
+nbgrader's own CSV has one total per student and assignment. Here `score` is still nbgrader's total (what an LMS
+imports), and beside it the grader's automatic points (final) and the written answers' (graded by TAs in
+formgrader; blank and `pending` until every answer is graded): reports/written.py. Written with the csv module, every
+text cell guarded against spreadsheet formulas (nbgrader's own writes names unquoted).
+"""
+import csv
+
+from nbgrader.api import MissingEntry
+from nbgrader.plugins.export import ExportPlugin
+
+from autograder.reports.tables import as_cell
+from autograder.reports.written import automatic_of_submission, written_of_submission
+
+COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email", "raw_score",
+           "late_submission_penalty", "score", "max_score", "automatic_score", "automatic_max_score", "written_score",
+           "written_max_score", "written_status"]
+
+
+class CourseExportPlugin(ExportPlugin):
+    """nbgrader's CSV with the automatic and written points apart (module doc); `--assignment`, `--student` and
+    `--to` as nbgrader's."""
+
+    def export(self, gradebook):
+        dest = self.to or "grades.csv"
+        assignments, students = [str(a) for a in self.assignment], [str(s) for s in self.student]
+        self.log.info("Exporting grades to %s", dest)
+        with open(dest, "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(COLUMNS)
+            for assignment in gradebook.assignments:
+                if assignments and assignment.name not in assignments:
+                    continue
+                for student in gradebook.students:
+                    if students and student.id not in students:
+                        continue
+                    row = [as_cell(assignment.name), assignment.duedate or "", *self.submitted(
+                        gradebook, assignment, student)]
+                    out.writerow(row)
+
+    @staticmethod
+    def submitted(gradebook, assignment, student):
+        """The row's cells from `timestamp` on; a student with no submission: 0 as nbgrader writes it, written
+        blank."""
+        names = [as_cell(str(v or "")) for v in (student.id, student.last_name, student.first_name, student.email)]
+        try:
+            sub = gradebook.find_submission(assignment.name, student.id)
+        except MissingEntry:
+            return ["", *names, 0.0, 0.0, 0.0, assignment.max_score, 0.0, "", "", "", "not submitted"]
+        automatic, automatic_max = automatic_of_submission(sub)
+        written = written_of_submission(sub)
+        return [sub.timestamp or "", *names, sub.score, sub.late_submission_penalty,
+                max(0.0, sub.score - sub.late_submission_penalty), assignment.max_score, automatic, automatic_max,
+                "" if written.pending else written.score, written.max_score,
+                "pending" if written.pending else "graded"]

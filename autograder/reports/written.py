@@ -1,0 +1,83 @@
+"""Written answers' points beside the automatic ones: TAs grade them in formgrader, so nbgrader's gradebook has them.
+
+The automatic points (checks and experiments) are final when the grader has run. A student's written points are
+`pending` until a TA has graded every written answer of that submission in formgrader (an answer left as released
+is 0 without a TA, as nbgrader scores it). Extra credit a TA gives in formgrader counts here, on any cell; a TA's
+override of an autograded cell changes nbgrader's own total only, never the grader's automatic points.
+"""
+from pathlib import Path
+from typing import NamedTuple
+
+
+class WrittenGrade(NamedTuple):
+    score: float | None  # None: pending (some answer not graded yet)
+    max_score: float
+    graded: int          # the written answers graded so far
+    answers: int         # the written answers of the assignment
+
+    @property
+    def pending(self) -> bool:
+        return self.score is None
+
+    def text(self) -> str:
+        """'7/10', or 'pending/10' (with how many are graded so far when some are)."""
+        if not self.pending:
+            return f"{self.score:g}/{self.max_score:g}"
+        so_far = f" ({self.graded} of {self.answers} graded)" if self.graded else ""
+        return f"pending/{self.max_score:g}{so_far}"
+
+
+def student_of(name):
+    """The nbgrader student id of a submission's name in a table or results folder (secA/alice: alice)."""
+    return name.rsplit("/", 1)[-1]
+
+
+def written_grades(aid, students, db_url=None):
+    """student id -> WrittenGrade for `aid`, from nbgrader's gradebook (the course's, as its nbgrader_config.py
+    names it, unless `db_url`); {} when the assignment has no written points. A student the gradebook does not
+    know, or no gradebook at all, is pending."""
+    from autograder.course.config import load_course
+    assignment = load_course().assignment(aid)
+    if not assignment.written_points:
+        return {}
+    answers, total = set(assignment.written), assignment.written_points
+    found = _from_gradebook(db_url or _gradebook_url(), aid, answers, set(students))
+    return {s: found.get(s, WrittenGrade(None, total, 0, len(answers))) for s in students}
+
+
+def _gradebook_url():
+    from autograder.notebooks.build import gradebook_url
+    return gradebook_url()
+
+
+def _from_gradebook(db_url, aid, answers, students):
+    """student -> WrittenGrade of those the gradebook has a submission of."""
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
+        return {}  # nbgrader was never run here: nothing is graded, and no empty gradebook is left behind
+    from nbgrader.api import Gradebook, MissingEntry
+    out = {}
+    with Gradebook(db_url) as gb:
+        for student in students:
+            try:
+                out[student] = written_of_submission(gb.find_submission(aid, student))
+            except MissingEntry:
+                continue
+    return out
+
+
+def written_of_submission(submission):
+    """The WrittenGrade of one of nbgrader's SubmittedAssignments: its `answer_*` cells, and the extra credit of
+    every cell."""
+    grades = [g for nb in submission.notebooks for g in nb.grades]
+    written = [g for g in grades if g.name.startswith("answer_")]
+    graded = sum(not g.needs_manual_grade for g in written)
+    score = sum(g.score or 0 for g in written) + sum(g.extra_credit or 0 for g in grades)
+    return WrittenGrade(score if graded == len(written) else None, sum(g.max_score for g in written), graded,
+                        len(written))
+
+
+def automatic_of_submission(submission):
+    """The grader's points in one of nbgrader's SubmittedAssignments (every cell but the written answers, as the
+    grader scored it, whatever a TA overrode): (score, max_score)."""
+    grades = [g for nb in submission.notebooks for g in nb.grades if not g.name.startswith("answer_")]
+    return sum(g.auto_score or 0 for g in grades), sum(g.max_score for g in grades)
