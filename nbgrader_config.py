@@ -1,4 +1,5 @@
 """nbgrader's view of this repository: sources in assignments/, the release in release/, state in .nbgrader/."""
+import contextlib
 import os
 
 import nbgrader.apps.autogradeapp
@@ -36,7 +37,10 @@ from autograder.reports.student_html import clean_student_html
 
 here = os.path.dirname(os.path.abspath(__file__))
 state = os.path.join(here, ".nbgrader")  # git-ignored: gradebook, submissions, autograded and feedback folders
-os.makedirs(state, exist_ok=True)  # sqlite creates the gradebook file, not its folder (a fresh clone has none)
+# sqlite creates the gradebook file, not its folder (a fresh clone has none); a user who cannot write the course
+# still reads these settings (`course grade` looks up written points), and finds no gradebook
+with contextlib.suppress(OSError):
+    os.makedirs(state, exist_ok=True)
 
 c = get_config()  # noqa: F821 -- provided by nbgrader when it loads this file
 c.CourseDirectory.root = here

@@ -10,7 +10,17 @@ import nbformat
 import pytest
 
 from autograder.course.config import ROOT, load_course
-from autograder.notebooks.build import BEGIN, HIDDEN_BEGIN, item_cell, solve, sync, verify
+from autograder.errors import ConfigError
+from autograder.notebooks.build import (
+    BEGIN,
+    HIDDEN_BEGIN,
+    WRITTEN_LINE,
+    item_cell,
+    solve,
+    sync,
+    sync_written,
+    verify,
+)
 from autograder.notebooks.cells import nbgrader_meta
 from tests.test_public_checks import table
 
@@ -65,6 +75,47 @@ def test_source_notebooks_are_in_sync_with_solutions_and_course_yaml(aid):
     assert sync(aid, write=False) == [], f"run `course sync {aid}`: graded cells or points are out of date"
 
 
+@pytest.mark.parametrize("where", ["assignments", "release"])
+@pytest.mark.parametrize("aid", AIDS)
+def test_every_written_question_is_a_manually_graded_cell_worth_its_points_in_course_yaml(aid, where):
+    """Every `answer_*` cell of the source and of the release, and only those, is a written answer of course.yaml,
+    manually graded (grade and solution, unlocked) and worth its points there, and its question says so."""
+    nb = nbformat.read(ROOT / where / aid / f"{aid}.ipynb", as_version=4)
+    written = COURSE.assignment(aid).written
+    answers = {nbgrader_meta(c)["grade_id"]: (k, c) for k, c in enumerate(nb.cells)
+               if nbgrader_meta(c).get("grade_id", "").startswith("answer_")}
+    assert sorted(answers) == sorted(written) and written, f"{aid}: the notebook's written answers and course.yaml's"
+    for gid, (index, answer) in answers.items():
+        meta = nbgrader_meta(answer)
+        assert answer.cell_type == "markdown" and meta["grade"] and meta["solution"] and not meta["locked"], gid
+        assert meta["points"] == written[gid].points, f"{gid}: {meta['points']} points, course.yaml says " \
+                                                      f"{written[gid].points}"
+        question = next(c for c in reversed(nb.cells[:index]) if c.cell_type == "markdown" and not nbgrader_meta(c))
+        points = written[gid].points
+        assert f"*Written answer: {points:g} point" in question.source, f"{gid}: the question hides its points"
+
+
+def test_sync_names_a_written_answer_course_yaml_does_not_list(tmp_path, monkeypatch):
+    """An `answer_*` cell without points in course.yaml, and a listed answer without a cell, are one error each
+    naming them, before anything is written."""
+    aid = "lab14_transformers"
+    text = (ROOT / "course.yaml").read_text()
+    gone = first_written(aid)
+    start = text.index(f"      {gone}:")
+    end = text.index("      answer_", start + 1)
+    config = tmp_path / "course.yaml"
+    config.write_text(text[:start] + text[end:])
+    monkeypatch.setenv("COURSE_CONFIG", str(config))
+    nb = nbformat.read(ROOT / "assignments" / aid / f"{aid}.ipynb", as_version=4)
+    with pytest.raises(ConfigError, match=f"without points in course.yaml's `written:`: {gone}"):
+        sync_written(aid, nb)
+    other = list(COURSE.assignment(aid).written)[1]
+    nb.cells.remove(cell(nb, gone))
+    nb.cells.remove(cell(nb, other))
+    with pytest.raises(ConfigError, match=f"names cells the notebook does not have: {other}"):
+        sync_written(aid, nb)
+
+
 # That the committed release is what `course release` makes now: tests/test_course_root.py, per assignment.
 @pytest.mark.parametrize("aid", AIDS)
 def test_the_committed_release_passes_every_check(aid):
@@ -83,6 +134,10 @@ def leaked_copy(tmp_path, aid, damage):
 
 def cell(nb, gid):
     return next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == gid)
+
+
+def first_written(aid):
+    return next(iter(COURSE.assignment(aid).written))
 
 
 def first_solution_line(aid, item):
@@ -127,6 +182,16 @@ DAMAGES = {
         lambda aid: lambda nb, f: setattr(cell(nb, "setup_checks"), "source",
                                           cell(nb, "setup_checks").source.replace("max(10 * atol", "max(atol")),
         "is not the course's public-check helper"),
+    "a written answer worth other points than course.yaml's": (
+        lambda aid: lambda nb, f: cell(nb, first_written(aid)).metadata["nbgrader"].__setitem__("points", 0),
+        "course.yaml says"),
+    "a question that does not say its written answer's points": (
+        lambda aid: lambda nb, f: [setattr(c, "source", WRITTEN_LINE.sub("", c.source)) for c in nb.cells
+                                   if c.cell_type == "markdown"],
+        "does not tell students its"),
+    "a missing written answer": (
+        lambda aid: lambda nb, f: nb.cells.remove(cell(nb, first_written(aid))),
+        "has no cell in the release"),
     "a missing stub": (
         lambda aid: lambda nb, f: nb.cells.remove(cell(nb, list(COURSE.assignment(aid).items)[1])),
         "has no stub cell"),

@@ -419,21 +419,30 @@ class CourseFeedbackExporter(HTMLExporter):
 
 class FeedbackSummary(NbGraderPreprocessor):
     """Put the autograded result's summary (items, reasons, experiments) where the feedback template shows it, and
-    the written answers' points beside the automatic ones (after nbgrader's GetGrades has put each cell's score)."""
+    the written answers' points beside the automatic ones, read from the gradebook as every view reads them
+    (reports/written.py); each answer a TA has not graded yet is marked so (`course_pending`)."""
 
     def preprocess(self, nb, resources):
+        from autograder.reports.written import written_of_submission
         result = nb.metadata.pop(RESULTS_KEY, None)
         resources["course_summary"] = summary_html(result) if result else ""
-        answers = [nbgrader_meta(c) for c in nb.cells
-                   if c.cell_type == "markdown" and nbgrader_meta(c).get("grade_id", "").startswith("answer_")]
-        written_max = sum(m.get("points") or 0 for m in answers)
-        # None while a TA has not graded every answer (nbgrader's score of an answer still to grade is None)
-        written = None if any(m.get("score") is None for m in answers) else sum(m["score"] for m in answers)
+        info = resources.get("nbgrader", {})
+        written = None
+        if "db_url" in info:  # nbgrader's generate_feedback (GetGrades before this step has read the same gradebook)
+            with Gradebook(info["db_url"]) as gb:
+                submission = gb.find_submission(info["assignment"], info["student"])
+                written = written_of_submission(submission)
+                pending = {g.name for g in gb.find_submission_notebook(info["notebook"], info["assignment"],
+                                                                         info["student"]).grades
+                           if g.needs_manual_grade}
+            for cell in nb.cells:
+                if nbgrader_meta(cell).get("grade_id") in pending:
+                    nbgrader_meta(cell)["course_pending"] = True
         automatic = result["score"] if result else 0
-        # what else makes nbgrader's total: extra credit, a late penalty, a TA's override of an autograded cell
-        other = resources.get("nbgrader", {}).get("score", automatic) - automatic - (written or 0)
+        # what else makes nbgrader's total (extra credit is in the written points): a late penalty, a TA's override
+        other = info.get("score", automatic) - automatic - (written.score or 0 if written else 0)
         resources["course_split"] = {
             "automatic": (automatic, result["max_score"]) if result else None,
-            "written": (written, written_max) if written_max else None,
-            "other": round(other, 4) if written is not None and abs(other) > 1e-6 else 0}
+            "written": (written.score, written.max_score) if written and written.max_score else None,
+            "other": round(other, 4) if written and not written.pending and abs(other) > 1e-6 else 0}
         return nb, resources

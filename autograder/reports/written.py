@@ -5,6 +5,7 @@ The automatic points (checks and experiments) are final when the grader has run.
 is 0 without a TA, as nbgrader scores it). Extra credit a TA gives in formgrader counts here, on any cell; a TA's
 override of an autograded cell changes nbgrader's own total only, never the grader's automatic points.
 """
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,8 +29,9 @@ class WrittenGrade(NamedTuple):
 
 
 def student_of(name):
-    """The nbgrader student id of a submission's name in a table or results folder (secA/alice: alice)."""
-    return name.rsplit("/", 1)[-1]
+    """The nbgrader student id of a submission's name in a table or results folder (secA/alice and alice~2, a
+    second notebook of alice's folder: alice)."""
+    return re.sub(r"~\d+$", "", name.rsplit("/", 1)[-1])
 
 
 def written_grades(aid, students, db_url=None):
@@ -46,13 +48,18 @@ def written_grades(aid, students, db_url=None):
 
 
 def _gradebook_url():
+    """The course's gradebook; a course folder without nbgrader's settings has none (every written answer pending)."""
+    from autograder.errors import ConfigError
     from autograder.notebooks.build import gradebook_url
-    return gradebook_url()
+    try:
+        return gradebook_url()
+    except ConfigError:
+        return None
 
 
 def _from_gradebook(db_url, aid, answers, students):
     """student -> WrittenGrade of those the gradebook has a submission of."""
-    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
+    if db_url is None or db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
         return {}  # nbgrader was never run here: nothing is graded, and no empty gradebook is left behind
     from nbgrader.api import Gradebook, MissingEntry
     out = {}
