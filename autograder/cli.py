@@ -48,9 +48,11 @@ def cmd_grade(args):
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
 
-    from autograder.batch.run import find_submissions
+    from autograder.batch.run import find_submissions, record_submission_times
     from autograder.batch.scheduler import Where, grade_class
-    from autograder.reports.tables import grade_table, not_scored, reason_lines, write_csv
+    from autograder.course.extensions import FILE as EXTENSIONS
+    from autograder.reports.final_grade import final_grades
+    from autograder.reports.tables import grade_table, not_scored, reason_lines, score_text, write_csv
     course = load_course()
     assignment = course.assignment(args.assignment)
     items = args.items.split(",") if args.items else None
@@ -64,6 +66,7 @@ def cmd_grade(args):
         from autograder.sandbox.zygote import threads_per_worker
         start_zygote(threads_per_worker(1))  # it imports torch on another core while this process imports the grader
     subs = find_submissions(args.paths, args.assignment)
+    times = submission_times(subs, args.submitted_at)  # a time that does not parse stops here, before any grading
     print_mnist_source(args.assignment)
     how = {}
     try:
@@ -80,10 +83,25 @@ def cmd_grade(args):
                 if args.results_dir else "")
         print(f"interrupted: the submissions being graded were stopped and not scored{kept}", file=sys.stderr)
         return 130
+    record_submission_times(rows, times, args.results_dir)
     shown = items or list(assignment.items)
     marks = {name: got for name, got in how.items() if got != "graded"}
     written = written_of(args.assignment, rows) if not items else None
-    print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}, marks=marks, written=written))
+    finals = final_grades(args.assignment, rows) if assignment.due and not items else None
+    columns, notes = [], []
+    if finals:
+        columns += [("late", {n: f.lateness.text() for n, f in finals.items()}),
+                    ("final", {n: score_text(f.final) for n, f in finals.items()})]
+        notes.append(f"late: against {args.assignment}'s due time {assignment.due.isoformat()} and each student's "
+                     f"extension ({EXTENSIONS}); final: the total after the late policy of course.yaml. A submission "
+                     f"without a time (timestamp.txt beside it, or --submitted-at) counts as on time.")
+    if written:
+        columns.append(("written", {name: w.text() for name, w in written.items()}))
+        notes.append("total: the automatic points (checks and experiments), final. written: the written answers, "
+                     "which TAs grade in formgrader; pending until every answer is graded (docs/TA.md). Neither is "
+                     "in the other.")
+    print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}, marks=marks, columns=columns,
+                      notes=notes))
     if marks:
         counts = ", ".join(f"{sum(got == k for got in how.values())} {k}" for k in ("graded", "reused", "merged"))
         print("\n" + textwrap.fill(f"{counts}. reused: the result saved in {args.results_dir} by the same grading "
@@ -98,7 +116,7 @@ def cmd_grade(args):
         payload = saved[0][1] if len(saved) == 1 else [{"submission": n, **r} for n, r in saved]
         Path(args.json).write_text(json.dumps(payload, indent=1))
     if args.csv:
-        write_csv(args.csv, rows, shown, written)
+        write_csv(args.csv, rows, shown, written, finals)
     if report_grader_errors(rows, args.results_dir, args.debug):
         rerun = "; with --results-dir only these are graded again" if args.results_dir else ""
         print(f"fix the cause, then rerun the submissions not scored{rerun}", file=sys.stderr)
@@ -106,9 +124,21 @@ def cmd_grade(args):
     return 0
 
 
+def submission_times(subs, csv_path=None):
+    """name -> submission time of each (name, notebook): from the CSV when given (a name it lacks has none), else
+    from nbgrader's timestamp.txt beside the notebook (none there: None, on time)."""
+    from autograder.course.submission_times import from_csv, from_timestamp_file
+    if csv_path:
+        listed = from_csv(csv_path)
+        return {name: listed.get(name) for name, _ in subs}
+    return {name: from_timestamp_file(Path(notebook).parent) if Path(notebook).is_file() else None
+            for name, notebook in subs}
+
+
 def written_of(aid, rows):
     """Each submission's written answers (reports/written.py) by the name in `rows`, from nbgrader's gradebook."""
-    from autograder.reports.written import student_of, written_grades
+    from autograder.course.roster import student_of
+    from autograder.reports.written import written_grades
     found = written_grades(aid, {student_of(name) for name, _ in rows})
     return {name: found[student_of(name)] for name, _ in rows} if found else None
 
@@ -194,6 +224,49 @@ def cmd_export(args):
     return check(path, args.check or [released_notebook(args.id)], venv=args.venv)
 
 
+def cmd_export_grades(args):
+    """`course export grades`: the file is written whole, or not at all when something is wrong."""
+    from autograder.course.roster import read_roster
+    from autograder.grading.cache import atomic_write
+    from autograder.reports.class_report import by_assignment, load_results
+    from autograder.reports.lms_export import CANVAS_COLUMNS, class_grades, csv_text, export_table
+    needs = {"canvas": CANVAS_COLUMNS, "moodle": [args.moodle_key], "csv": []}[args.lms]
+    roster = read_roster(args.roster, needs)
+    rows = [row for folder in args.results_dirs for row in load_results(folder)]
+    if not rows:
+        raise ConfigError(f"no results in {', '.join(args.results_dirs)} (what `course grade --results-dir` writes)")
+    unknown = sorted(set(by_assignment(rows)) - set(load_course().assignments))
+    if unknown:
+        raise ConfigError(f"results of {', '.join(unknown)}, which course.yaml does not have")
+    grades = class_grades(by_assignment(rows), lambda line: print(line, file=sys.stderr))
+    missing = sorted({s for by_student in grades.values() for s in by_student} - {r["student"] for r in roster})
+    if missing:  # never a file that silently lacks someone who submitted
+        raise ConfigError(f"{args.roster}: no row for {len(missing)} students with results: {', '.join(missing)}; "
+                          f"add them with their LMS identity (nothing was written)")
+    atomic_write(Path(args.output), csv_text(export_table(args.lms, grades, roster, args.moodle_key)))
+    print(f"{args.lms} grades of {len(roster)} students on {', '.join(grades)} written to {args.output}")
+    return 0
+
+
+def cmd_extend(args):
+    from autograder.course.extensions import extend, extensions_path
+    rows = extend(args.student, args.id, args.days, known_students(args.roster))
+    now = rows.get((args.student, args.id))
+    said = f"{now:g} more day{'' if now == 1 else 's'}" if now else "no extension"
+    print(f"{args.student} on {args.id}: {said} ({extensions_path()})")
+    return 0
+
+
+def known_students(roster=None):
+    """The course's students: the roster's, nbgrader's gradebook's, and .nbgrader/submitted/'s folder names."""
+    from autograder.course.roster import read_roster
+    from autograder.reports.written import gradebook_students
+    known = {r["student"] for r in read_roster(roster)} if roster else set()
+    submitted = course_root() / ".nbgrader" / "submitted"
+    known |= {p.name for p in submitted.iterdir() if p.is_dir()} if submitted.is_dir() else set()
+    return known | gradebook_students()
+
+
 def cmd_report(args):
     from autograder.reports.class_report import class_report, similar_text
     try:
@@ -272,6 +345,8 @@ def build_parser():
     g.add_argument("--results-dir", help="save each result here as it finishes; a rerun reuses a saved result only "
                    "when it is the same grading (assignment, notebook content, items, grader), and an --items run "
                    "regrades those items into the saved result")
+    g.add_argument("--submitted-at", metavar="CSV", help="submission times, a CSV of submission,submitted_at (ISO "
+                   "8601); default: nbgrader's timestamp.txt beside each notebook, else none (on time)")
     g.add_argument("--reasons", type=int, default=4, help="lost-point reasons shown per submission")
     g.add_argument("--allow-unisolated", action="store_true",
                    help="grade even where the sandbox can isolate nothing (a trusted class only)")
@@ -303,8 +378,21 @@ def build_parser():
     add_device(s, "cpu")
     s.set_defaults(run=cmd_experiments)
 
-    s = sub.add_parser("export", help="build a Gradescope autograder zip (Otter-Grader) for one assignment")
-    s.add_argument("target", choices=["gradescope"], help="the platform (gradescope)")
+    export = sub.add_parser("export", help="a Gradescope autograder zip, or the class's grades for an LMS")
+    targets = export.add_subparsers(dest="target", required=True, help="grades (for an LMS) or gradescope (a zip)")
+    s = targets.add_parser("grades", help="every assignment's final grades in one file an LMS imports (Canvas, "
+                                          "Moodle) or a CSV with every part of each grade")
+    s.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR", help="what `course grade --results-dir` wrote "
+                   "(one folder per assignment, or a folder of them)")
+    s.add_argument("--roster", required=True, help="a CSV with a `student` column (the submission folder's name) "
+                   "and the LMS's own identity columns (Canvas: Student, ID, SIS User ID, SIS Login ID, Section)")
+    s.add_argument("--lms", required=True, choices=["canvas", "moodle", "csv"], help="the file's format")
+    s.add_argument("--moodle-key", default="email", choices=["email", "username", "idnumber"],
+                   help="moodle: the roster's column Moodle matches users by (default email)")
+    s.add_argument("-o", "--output", required=True, help="the file to write")
+    s.set_defaults(run=cmd_export_grades)
+
+    s = targets.add_parser("gradescope", help="build a Gradescope autograder zip (Otter-Grader) for one assignment")
     s.add_argument("id", metavar="ID", help="the assignment's id in course.yaml")
     s.add_argument("-o", "--output", default="autograder.zip", help="the zip to write (default autograder.zip)")
     add_device(s, "auto")
@@ -313,6 +401,14 @@ def build_parser():
                         "environment from its requirements, an /autograder-like root, no CAP_SYS_ADMIN")
     s.add_argument("--venv", help="--check's environment: built here if missing, reused if present")
     s.set_defaults(run=cmd_export)
+
+    s = sub.add_parser("extend", help="give a student more days on an assignment (extensions.csv, out of git)")
+    s.add_argument("student", metavar="STUDENT", help="the student's id (their submission folder's name)")
+    s.add_argument("id", metavar="ID", help="the assignment's id in course.yaml")
+    s.add_argument("--days", type=float, required=True, help="days after the due time (0 removes the extension)")
+    s.add_argument("--roster", help="a roster CSV (a `student` column) naming students beyond nbgrader's gradebook "
+                   "and .nbgrader/submitted/")
+    s.set_defaults(run=cmd_extend)
 
     s = sub.add_parser("formgrader", help="open nbgrader's formgrader for this course: grade written answers, "
                                           "comment, give extra credit, autograde one student (docs/TA.md)")

@@ -212,6 +212,25 @@ def stored(out, result, saved, identity, items, notebook):
     return result, how
 
 
+def record_submission_times(rows, times, results_dir=None):
+    """Each scored result of `rows` ((name, result)) given its submission time (`times`: name -> aware time or None)
+    as extra_data.submitted_at, and so saved in the results folder: the raw score stays as graded, and the final
+    score is computed from it and the time whenever it is read (reports/final_grade.py)."""
+    from autograder.course.submission_times import iso
+    for name, result in rows:
+        if result.get("extra_data", {}).get("grader_error"):
+            continue
+        result["extra_data"]["submitted_at"] = iso(times.get(name))
+        if results_dir is None:
+            continue
+        out = result_path(results_dir, name)
+        with result_lock(lock_path(out)):
+            saved = _saved(out)
+            if saved and saved.get("extra_data", {}).get("grading") == result["extra_data"].get("grading"):
+                saved["extra_data"]["submitted_at"] = result["extra_data"]["submitted_at"]
+                atomic_write(out, json.dumps(saved, indent=1))
+
+
 def _saved(path):
     """The saved result at path, or {} (none, unreadable, or not a result)."""
     try:

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -168,6 +169,40 @@ class Experiment(Strict):
             isinstance(metrics.get(k), (int, float)) and near(metrics[k], b) for k, b in self.threshold.items())
 
 
+class LatePolicy(Strict):
+    """How lateness cuts a score (course.yaml `late:`; an assignment's own `late:` replaces the keys it names).
+    autograder/course/lateness.py applies it whenever a grade is read, never while grading."""
+    grace_minutes: float = Field(0, ge=0)                 # on time up to this long after the due time
+    percent_per_day: float = Field(0, ge=0, le=100)       # off the raw score per started day after the due time
+    floor_percent: float = Field(0, ge=0, le=100)         # a late submission keeps at least this share of its raw score
+    close_days: float | None = Field(None, gt=0)          # later than this after the due time: 0 (graded, raw kept)
+
+
+if TYPE_CHECKING:
+    class LateOverrides(Strict):
+        grace_minutes: float | None = None
+        percent_per_day: float | None = None
+        floor_percent: float | None = None
+        close_days: float | None = None
+else:
+    LateOverrides = create_model("LateOverrides", __base__=Strict, **{
+        name: (Annotated[(f.annotation, *f.metadata)] | None, None) for name, f in LatePolicy.model_fields.items()})
+
+
+def aware(value: Any) -> Any:
+    """A due time as ISO 8601 with its UTC offset ('2026-12-12T23:59:00+05:30'); a time without one is refused,
+    since the grader's clock and the students' would read it differently."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO 8601 time such as 2026-12-12T23:59:00+05:30") from None
+    if isinstance(value, datetime) and value.tzinfo is None:
+        raise ValueError(f"{value.isoformat()} has no UTC offset: write it as {value.isoformat()}+00:00 (or your "
+                         f"zone's offset)")
+    return value
+
+
 class Written(Strict):
     """A written answer (a manually graded markdown cell, `answer_*`): its points, and the rubric TAs see beside it
     in formgrader."""
@@ -184,6 +219,15 @@ class Assignment(Strict):
     # grade_id -> its written answer; TAs grade them in formgrader. Excluded from model_dump: no automatic score
     # depends on them, so they are no part of a grading's identity (batch/run.py), and a rubric's edit regrades nothing
     written: dict[str, Written] = Field({}, exclude=True)
+    # The deadline and this assignment's late policy (over the course's `late:`): applied when a grade is read, so
+    # no part of a grading's identity either; changing them regrades nothing
+    due: datetime | None = Field(None, exclude=True)
+    late: LateOverrides = Field(LateOverrides(), exclude=True)
+
+    @field_validator("due", mode="before")
+    @classmethod
+    def due_has_an_offset(cls, value: Any) -> Any:
+        return aware(value)
     dependencies: Dependencies | None = None  # None: the course's
     preload: list[str] = []  # modules each sandbox zygote imports once its first sandbox is out (course.yaml)
     id: str = ""
@@ -266,6 +310,7 @@ class Course(Strict):
     seed: int
     dependencies: Dependencies = "independent"  # an assignment or an experiment may say otherwise
     limits: Limits = Limits()
+    late: LatePolicy = Field(LatePolicy(), exclude=True)  # applied when a grade is read (course/lateness.py)
     experiments: Budgets = Budgets()
     gradescope: Gradescope = Gradescope()
     # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)
@@ -318,6 +363,11 @@ class Course(Strict):
         a = self.assignment(aid)
         own = a.experiments[experiment].dependencies if experiment is not None else None
         return own or a.dependencies or self.dependencies
+
+    def late_policy(self, aid: str) -> LatePolicy:
+        """The course's late policy with the assignment's own keys over it."""
+        return LatePolicy(**{**self.late.model_dump(),
+                             **self.assignment(aid).late.model_dump(exclude_none=True)})
 
     def limits_for(self, aid: str, item: str | None = None) -> Limits:
         """The course-wide limits with the item's overrides applied."""

@@ -137,7 +137,8 @@ def written_section(aid, rows):
     """The written answers beside the automatic totals (reports/written.py): their points, how many submissions a
     TA has graded in formgrader and their mean; None where the assignment has none (or course.yaml lacks it)."""
     from autograder.course.config import load_course
-    from autograder.reports.written import student_of, written_grades
+    from autograder.course.roster import student_of
+    from autograder.reports.written import written_grades
     if aid not in load_course().assignments:
         return None
     found = written_grades(aid, {student_of(name) for name, _ in rows})

@@ -68,13 +68,14 @@ def score_text(value):
     return f"{value:.1f}" if value != int(value) else f"{int(value)}"
 
 
-def grade_table(rows, items, points=None, width=WIDTH, marks=None, written=None):
+def grade_table(rows, items, points=None, width=WIDTH, marks=None, columns=(), notes=()):
     """Per-student scores under numbered item columns, with a legend; blocks of columns so no line exceeds width.
 
     rows are (student, result); points maps item -> its maximum (taken from the results when not given); marks
     maps a student to a word shown after the total (how `course grade --results-dir` got it: reused, merged);
-    written maps a student to their written answers' WrittenGrade (reports/written.py), a column after the total.
-    A submission the grader failed on reads `grader error` in place of its scores (grader_error_lines says why).
+    columns are (header, {student: text}) shown after the total (the written answers, lateness, the final score),
+    and notes the lines under the table that say what they mean. A submission the grader failed on reads `grader
+    error` in place of its scores (grader_error_lines says why).
     """
     if points is None:
         points = {}
@@ -85,8 +86,8 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None, written=None)
     name_w = min(24, max([len("submission")] + [len(s) for s, _ in rows])) + 2
     col_w, total_w = 6, 14
     mark_w = max([len(m) + 2 for m in marks.values()], default=0)
-    written_w = max([len("written") + 2] + [len(w.text()) + 2 for w in (written or {}).values()]) if written else 0
-    per_block = max(1, (width - name_w - total_w - written_w - mark_w) // col_w)
+    widths = [max([len(head)] + [len(t) for t in texts.values()]) + 2 for head, texts in columns]
+    per_block = max(1, (width - name_w - total_w - sum(widths) - mark_w) // col_w)
     legend = [f"#{k} {item} ({score_text(points[item])})" if item in points else f"#{k} {item}"
               for k, item in enumerate(items, 1)]
     # no-break spaces inside an entry, so that a line breaks only between entries
@@ -98,7 +99,8 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None, written=None)
         block = list(enumerate(items, 1))[start:start + per_block]
         last = start + per_block >= len(items)
         head = f"{'submission':<{name_w}}" + "".join(f"{'#' + str(k):>{col_w}}" for k, _ in block)
-        head += (f"{'total':>{total_w}}" + (f"{'written':>{written_w}}" if written else "")) if last else ""
+        head += (f"{'total':>{total_w}}" + "".join(f"{h:>{w}}" for (h, _), w in zip(columns, widths, strict=True))
+                 if last else "")
         lines += ["", head, "-" * len(head)]
         for student, result in rows:
             name = student if len(student) <= name_w - 2 else (  # a name with folders keeps its end: ~secA/alice
@@ -110,13 +112,11 @@ def grade_table(rows, items, points=None, width=WIDTH, marks=None, written=None)
                 cells = "".join(f"{score_text(by_item[i][0]) if i in by_item else '-':>{col_w}}" for _, i in block)
                 total = f"{score_text(result['score'])}/{score_text(result['max_score'])}" if last else ""
             mark = f"  {marks[student]}" if last and student in marks else ""
-            said = written[student].text() if last and written and student in written else ""
-            lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}"
-                         f"{said:>{written_w if last else 0}}{mark}")
-    if written:
-        lines += ["", textwrap.fill("total: the automatic points (checks and experiments), final. written: the written "
-                                    "answers, which TAs grade in formgrader; pending until every answer is graded "
-                                    "(docs/TA.md). Neither is in the other.", width)]
+            said = "".join(f"{texts.get(student, ''):>{w}}" for (_, texts), w in zip(columns, widths, strict=True)) \
+                if last else ""
+            lines.append(f"{name:<{name_w}}{cells}{total:>{total_w if last else 0}}{said}{mark}")
+    for note in notes:
+        lines += ["", textwrap.fill(note, width)]
     return "\n".join(lines)
 
 
@@ -151,17 +151,22 @@ def grader_error_lines(rows, log=None):
     return lines
 
 
-def write_csv(path, rows, items, written=None):
-    """One row per submission: each item's points, the automatic score and maximum; with `written` (student ->
-    WrittenGrade), the written answers' score (blank while pending), maximum and status after them."""
+def write_csv(path, rows, items, written=None, finals=None):
+    """One row per submission: each item's points, the automatic score and maximum; with `finals` (name ->
+    FinalGrade), the submission time, its lateness, the penalty and the final score; with `written` (name ->
+    WrittenGrade), the written answers' score (blank while pending), maximum and status."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["submission", *items, "score", "max_score",
+                    *(["submitted_at", "lateness", "penalty", "final_score"] if finals else []),
                     *(["written_score", "written_max_score", "written_status"] if written else [])])
         for student, result in rows:
-            said = written.get(student) if written else None
-            tail = ([] if not written else ["", "", ""] if said is None else
-                    ["" if said.pending else said.score, said.max_score, "pending" if said.pending else "graded"])
+            said, final = (written or {}).get(student), (finals or {}).get(student)
+            tail = ([] if not finals else ["", "", "", ""] if final is None else
+                    [final.lateness.submitted.isoformat() if final.lateness.submitted else "", final.lateness.text(),
+                     final.penalty, final.final])
+            tail += ([] if not written else ["", "", ""] if said is None else
+                     ["" if said.pending else said.score, said.max_score, "pending" if said.pending else "graded"])
             if not_scored(result):  # blank, never a 0 a gradebook import would take for a grade
                 w.writerow([as_cell(student), *[""] * len(items), "", "", *tail])
                 continue

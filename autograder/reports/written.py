@@ -5,7 +5,6 @@ The automatic points (checks and experiments) are final when the grader has run.
 is 0 without a TA, as nbgrader scores it). Extra credit a TA gives in formgrader counts here, on any cell; a TA's
 override of an autograded cell changes nbgrader's own total only, never the grader's automatic points.
 """
-import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,12 +25,6 @@ class WrittenGrade(NamedTuple):
             return f"{self.score:g}/{self.max_score:g}"
         so_far = f" ({self.graded} of {self.answers} graded)" if self.graded else ""
         return f"pending/{self.max_score:g}{so_far}"
-
-
-def student_of(name):
-    """The nbgrader student id of a submission's name in a table or results folder (secA/alice and alice~2, a
-    second notebook of alice's folder: alice)."""
-    return re.sub(r"~\d+$", "", name.rsplit("/", 1)[-1])
 
 
 def written_grades(aid, students, db_url=None):
@@ -55,6 +48,16 @@ def _gradebook_url():
         return gradebook_url()
     except ConfigError:
         return None
+
+
+def gradebook_students():
+    """The student ids of the course's nbgrader gradebook (none where there is none)."""
+    db_url = _gradebook_url()
+    if db_url is None or db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
+        return set()
+    from nbgrader.api import Gradebook
+    with Gradebook(db_url) as gb:
+        return {s.id for s in gb.students}
 
 
 def _from_gradebook(db_url, aid, answers, students):

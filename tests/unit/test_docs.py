@@ -39,8 +39,8 @@ def parser():
 
 
 def verbs(parser):
-    """verb -> its subparser."""
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    """verb -> its subparser ({} for a parser without any)."""
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
 
 
 def code_lines(text):
@@ -83,7 +83,11 @@ def problems(parser, args):
                  or top[args[i - 1]].nargs == 0)), None)
     if verb not in verbs(parser):
         return [f"no verb {verb!r} (the verbs: {', '.join(verbs(parser))})"]
-    known = set(top) | set(verbs(parser)[verb]._option_string_actions)
+    sub = verbs(parser)[verb]
+    known = set(top) | set(sub._option_string_actions)
+    target = next((a for a in args[args.index(verb) + 1:] if a in verbs(sub)), None)  # `course export grades`
+    if target is not None:
+        known |= set(verbs(sub)[target]._option_string_actions)
     wrong = [f"no flag {a.split('=')[0]} in `course {verb}`" for a in args
              if a.startswith("-") and len(a) > 1 and not a[1].isdigit() and a.split("=")[0] not in known]
     if wrong:

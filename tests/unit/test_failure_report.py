@@ -62,7 +62,12 @@ def test_every_option_of_every_verb_has_a_help_line():
     parser = build_parser()
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {"grade", "demo", "doctor", "report", "release", "export"} <= set(verbs)
-    missing = [f"course {verb} {a.option_strings or a.dest}" for verb, sub in verbs.items() for a in sub._actions
+    commands = {verb: sub for verb, sub in verbs.items()}
+    for verb, sub in verbs.items():  # `course export grades`, `course export gradescope`
+        for a in sub._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                commands.update({f"{verb} {target}": nested for target, nested in a.choices.items()})
+    missing = [f"course {verb} {a.option_strings or a.dest}" for verb, sub in commands.items() for a in sub._actions
                if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()]
     missing += [f"course {a.option_strings}" for a in parser._actions
                 if a.option_strings and not isinstance(a, argparse._HelpAction) and not a.help]
