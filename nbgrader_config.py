@@ -25,6 +25,7 @@ from nbgrader.preprocessors import (
 )
 
 from autograder.integrations.nbgrader_export import CourseExportPlugin
+from autograder.integrations.nbgrader_late import CourseLatePenalty
 from autograder.integrations.nbgrader_plugin import (
                                     FEEDBACK_TEMPLATES,
                                     CourseAutograde,
@@ -94,3 +95,8 @@ c.HTMLExporter.sanitize_html = True
 # `nbgrader export`: nbgrader's columns, then the automatic and the written points apart (written: pending until a TA
 # has graded every answer in formgrader).
 c.ExportApp.plugin_class = CourseExportPlugin
+
+# Late submissions: `course release` sets each assignment's due time from course.yaml in the gradebook, and the penalty
+# for a timestamp.txt past it is course.yaml's late policy with the student's extension (extensions.csv), on the
+# automatic points, as `course grade` and `course export grades` compute it (docs/SEMESTER.md).
+c.AssignLatePenalties.plugin_class = CourseLatePenalty

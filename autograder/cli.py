@@ -226,7 +226,7 @@ def cmd_export(args):
 
 def cmd_export_grades(args):
     """`course export grades`: the file is written whole, or not at all when something is wrong."""
-    from autograder.course.roster import read_roster
+    from autograder.course.roster import read_roster, student_of
     from autograder.grading.cache import atomic_write
     from autograder.reports.class_report import by_assignment, load_results
     from autograder.reports.lms_export import CANVAS_COLUMNS, class_grades, csv_text, export_table
@@ -238,11 +238,11 @@ def cmd_export_grades(args):
     unknown = sorted(set(by_assignment(rows)) - set(load_course().assignments))
     if unknown:
         raise ConfigError(f"results of {', '.join(unknown)}, which course.yaml does not have")
-    grades = class_grades(by_assignment(rows), lambda line: print(line, file=sys.stderr))
-    missing = sorted({s for by_student in grades.values() for s in by_student} - {r["student"] for r in roster})
+    missing = sorted({student_of(name) for name, _ in rows} - {r["student"] for r in roster})
     if missing:  # never a file that silently lacks someone who submitted
         raise ConfigError(f"{args.roster}: no row for {len(missing)} students with results: {', '.join(missing)}; "
                           f"add them with their LMS identity (nothing was written)")
+    grades = class_grades(by_assignment(rows), lambda line: print(line, file=sys.stderr))
     atomic_write(Path(args.output), csv_text(export_table(args.lms, grades, roster, args.moodle_key)))
     print(f"{args.lms} grades of {len(roster)} students on {', '.join(grades)} written to {args.output}")
     return 0

@@ -1,15 +1,19 @@
 """`nbgrader export` for this course: nbgrader's columns, then the automatic and the written points apart.
 
-nbgrader's own CSV has one total per student and assignment. Here `score` is still nbgrader's total (what an LMS
-imports), and beside it the grader's automatic points (final) and the written answers' (graded by TAs in
-formgrader; blank and `pending` until every answer is graded): reports/written.py. Written with the csv module, every
-text cell guarded against spreadsheet formulas (nbgrader's own writes names unquoted).
+nbgrader's own CSV has one total per student and assignment. Here `score` is still nbgrader's total less the late
+penalty (what an LMS imports), the penalty computed from the submission's timestamp, course.yaml's late policy and
+today's extensions (nbgrader_late.py), and beside it the grader's automatic points (the penalty is on these) and the
+written answers' (graded by TAs in formgrader; blank and `pending` until every answer is graded): reports/written.py.
+Written with the csv module, every text cell guarded against spreadsheet formulas (nbgrader's own writes names
+unquoted).
 """
 import csv
 
 from nbgrader.api import MissingEntry
 from nbgrader.plugins.export import ExportPlugin
 
+from autograder.course.config import load_course
+from autograder.integrations.nbgrader_late import course_penalty
 from autograder.reports.tables import as_cell
 from autograder.reports.written import automatic_of_submission, written_of_submission
 
@@ -50,7 +54,9 @@ class CourseExportPlugin(ExportPlugin):
             return ["", *names, 0.0, 0.0, 0.0, assignment.max_score, 0.0, "", "", "", "not submitted"]
         automatic, automatic_max = automatic_of_submission(sub)
         written = written_of_submission(sub)
-        return [sub.timestamp or "", *names, sub.score, sub.late_submission_penalty,
-                max(0.0, sub.score - sub.late_submission_penalty), assignment.max_score, automatic, automatic_max,
-                "" if written.pending else written.score, written.max_score,
+        # the course's penalty for this timestamp and today's extensions (nbgrader's stored one dates from autograde)
+        penalty = course_penalty(assignment.name, student.id, sub) if assignment.name in load_course().assignments \
+            else sub.late_submission_penalty
+        return [sub.timestamp or "", *names, sub.score, penalty, max(0.0, sub.score - penalty), assignment.max_score,
+                automatic, automatic_max, "" if written.pending else written.score, written.max_score,
                 "pending" if written.pending else "graded"]

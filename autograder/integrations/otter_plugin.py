@@ -28,7 +28,7 @@ import nbformat
 from otter.plugins import AbstractOtterPlugin
 from otter.test_files.abstract_test import TestCase, TestCaseResult, TestFile
 
-from autograder.errors import GraderError
+from autograder.errors import ConfigError, GraderError
 from autograder.notebooks.cells import read_notebook
 
 STAFF_TEST = "Grader record (staff only)"
@@ -228,6 +228,32 @@ def not_graded(message, record):
                                                      staff_test(record)], "extra_data": record}
 
 
+def apply_lateness(result, root, aid):
+    """The course's late policy on a graded results.json: the submission time and the user's own due date (an
+    extension granted on Gradescope) from `root`/submission_metadata.json, the due time and policy from the zip's
+    course.yaml. A penalty is a test of its own (`Late submission`, negative points) and the top-level score is the
+    final one, as `course grade` and nbgrader compute it; the raw score and the time stay in extra_data."""
+    from autograder.course.config import load_course
+    from autograder.course.submission_times import from_gradescope, iso
+    from autograder.reports.final_grade import final_grade
+    meta = root / "submission_metadata.json"
+    zipped = root / "source" / "course" / "course.yaml"
+    course = load_course(zipped if zipped.is_file() else None)
+    try:
+        submitted, extension = from_gradescope(meta) if meta.is_file() else (None, 0.0)
+    except ConfigError:  # no created_at (a local `otter run`), or a file Gradescope did not write: on time
+        submitted, extension = None, 0.0
+    raw = round(sum(t["score"] for t in result["tests"]), 4)
+    grade = final_grade(course, aid, "", raw, submitted, {("", aid): extension})
+    result["extra_data"].update(submitted_at=iso(submitted), raw_score=raw, lateness=grade.lateness.text(),
+                                extension_days=extension)
+    if grade.penalty:
+        result["tests"].append({"name": "Late submission", "score": -grade.penalty, "max_score": 0,
+                                "visibility": "visible", "output": f"{grade.lateness.text()} (due "
+                                f"{grade.lateness.due.isoformat()}): {raw:g} points become {grade.final:g}"})
+    result["score"] = grade.final
+
+
 def run_autograder(autograder_dir="/autograder"):
     """Otter's run_autograder, with a results.json whatever happens (the zip's run_otter.py calls this)."""
     from otter.run.run_autograder import main
@@ -246,6 +272,7 @@ def run_autograder(autograder_dir="/autograder"):
                 raise GraderError("Otter finished without running the course's plugin (otter_config.json)")
             result = json.loads(out.read_text())
             result["extra_data"] = CourseGrader.record
+            apply_lateness(result, root, aid)
             result["tests"].append(staff_test(CourseGrader.record))
     except Exception as e:
         cause = "".join(traceback.format_exception(e))

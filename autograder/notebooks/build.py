@@ -275,12 +275,27 @@ def release(aids=None, out_root=None):
     db_url = None if out_root else gradebook_url()
     out_root = Path(out_root or course_root() / "release")
     generate(aids, out_root, db_url)
+    if db_url:
+        set_due_dates(aids, db_url)
     problems = []
     for aid in aids:
         problems += verify(aid, out_root / aid)
     if problems:
         raise ReleaseError("the release is not safe to publish:\n  " + "\n  ".join(problems))
     return [out_root / aid / f"{aid}.ipynb" for aid in aids]
+
+
+def set_due_dates(aids, db_url):
+    """Each assignment's due time from course.yaml in nbgrader's gradebook (UTC, as nbgrader keeps it; none where
+    course.yaml has none), so that `nbgrader autograde` counts the same seconds late as `course grade`."""
+    from datetime import UTC
+
+    from nbgrader.api import Gradebook
+    course = load_course()
+    with Gradebook(db_url) as gb:
+        for aid in aids:
+            due = course.assignment(aid).due
+            gb.update_or_create_assignment(aid, duedate=due.astimezone(UTC).replace(tzinfo=None) if due else None)
 
 
 def solution_lines(aid):

@@ -1,0 +1,272 @@
+"""The semester's rules without grading: the late policy's arithmetic, due times, submission times, extensions,
+rosters and the LMS exports, and a clear one-line error for every bad input, with nothing written."""
+import csv
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from autograder.cli import main
+from autograder.course.config import ROOT, LatePolicy, parse_course
+from autograder.course.extensions import extend, read_extensions
+from autograder.course.lateness import lateness
+from autograder.course.roster import read_roster, student_of
+from autograder.course.submission_times import from_csv, from_gradescope, from_timestamp_file
+from autograder.errors import ConfigError
+
+AID = "lab14_transformers"
+DUE = datetime(2026, 12, 12, 23, 59, tzinfo=UTC)
+POLICY = LatePolicy(grace_minutes=15, percent_per_day=10, floor_percent=50, close_days=7)
+
+
+@pytest.mark.parametrize("after, days, off, status", [
+    (timedelta(minutes=-5), 0, 0, "on time"),
+    (timedelta(0), 0, 0, "on time"),
+    (timedelta(minutes=15), 0, 0, "in grace"),              # the grace period's last second still counts
+    (timedelta(minutes=16), 1, 10, "late"),                 # past grace: a started day, counted from the due time
+    (timedelta(hours=25), 2, 20, "late"),
+    (timedelta(days=6, hours=1), 7, 50, "late"),            # 70% capped by the floor: half the raw score stays
+    (timedelta(days=7, seconds=1), 8, 100, "closed"),       # past the close: 0
+])
+def test_the_late_policys_arithmetic(after, days, off, status):
+    late = lateness(DUE + after, DUE, POLICY)
+    assert (late.days, late.percent_off, late.status) == (days, off, status)
+    assert late.final(29) == pytest.approx(29 * (1 - off / 100))
+
+
+def test_an_extension_moves_the_due_time_and_missing_times_are_on_time_and_say_so():
+    assert lateness(DUE + timedelta(hours=25), DUE, POLICY, extension_days=2).status == "on time"
+    assert lateness(DUE + timedelta(hours=25), DUE, POLICY, extension_days=1).days == 1
+    assert lateness(None, DUE, POLICY).text() == "on time (no submission time)"
+    assert lateness(DUE + timedelta(days=3), None, POLICY).text() == "no due date"
+    assert lateness(DUE + timedelta(hours=25), DUE, POLICY).text() == "2 days late: -20%"
+
+
+def course_text(**replace):
+    text = (ROOT / "course.yaml").read_text()
+    for old, new in replace.items():
+        assert old in text or old == "", old
+        text = text.replace(old, new, 1)
+    return text
+
+
+LAB14 = "  lab14_transformers:\n"
+
+
+@pytest.mark.parametrize("insert, says", [
+    (f'{LAB14}    due: "2026-12-12T23:59:00"\n', "has no UTC offset"),
+    (f'{LAB14}    due: "next friday"\n', "is not an ISO 8601 time"),
+    (f"{LAB14}    late: {{percent_per_day: 120}}\n", "late.percent_per_day"),
+    (f"{LAB14}    late: {{floor_percent: -1}}\n", "late.floor_percent"),
+])
+def test_a_bad_due_time_or_policy_is_one_error_naming_the_key(insert, says):
+    with pytest.raises(ConfigError, match=says) as e:
+        parse_course(course_text(**{LAB14: insert}), "course.yaml")
+    assert "lab14_transformers" in str(e.value) and len(str(e.value).splitlines()) == 1
+
+
+def test_a_due_time_keeps_its_offset_and_an_assignment_overrides_the_courses_policy():
+    course = parse_course(course_text(**{LAB14: f'{LAB14}    due: 2026-12-12T23:59:00+05:30\n'
+                                                f'    late: {{percent_per_day: 25}}\n',
+                                         "\nlimits:\n": "\nlate: {grace_minutes: 10, percent_per_day: 5}\nlimits:\n"}),
+                          "course.yaml")
+    assert course.assignment(AID).due == datetime(2026, 12, 12, 18, 29, tzinfo=UTC)
+    assert course.late_policy(AID) == LatePolicy(grace_minutes=10, percent_per_day=25)
+    assert course.late_policy("w8l4_transformers") == LatePolicy(grace_minutes=10, percent_per_day=5)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2026-12-13 19:29:00.123456 UTC", datetime(2026, 12, 13, 19, 29, 0, 123456, tzinfo=UTC)),  # nbgrader collect
+    ("2026-12-13 19:29:00", datetime(2026, 12, 13, 19, 29, tzinfo=UTC)),                    # zip_collect, no zone
+    ("2026-12-14T00:59:00+05:30", datetime(2026, 12, 13, 19, 29, tzinfo=UTC)),
+])
+def test_timestamp_txt_reads_as_nbgrader_reads_it(tmp_path, text, expected):
+    (tmp_path / "timestamp.txt").write_text(text + "\n")
+    assert from_timestamp_file(tmp_path) == expected
+    assert from_timestamp_file(tmp_path / "none") is None  # no file: no time (on time)
+
+
+@pytest.mark.parametrize("text, says", [("yesterday-ish", "is not a time"), ("", "empty")])
+def test_a_timestamp_txt_that_does_not_parse_is_one_line_naming_it(tmp_path, text, says):
+    (tmp_path / "timestamp.txt").write_text(text)
+    with pytest.raises(ConfigError, match=says) as e:
+        from_timestamp_file(tmp_path)
+    assert str(tmp_path / "timestamp.txt") in str(e.value) and "\n" not in str(e.value)
+
+
+def test_gradescope_metadata_gives_the_time_and_a_users_later_due_date_as_an_extension(tmp_path):
+    meta = {"created_at": "2026-12-13T19:29:00.000000+00:00",
+            "assignment": {"due_date": "2026-12-12T18:29:00.000000+00:00"},
+            "users": [{"name": "A", "assignment": {"due_date": "2026-12-14T18:29:00.000000+00:00"}},
+                      {"name": "B", "assignment": {"due_date": "2026-12-12T18:29:00.000000+00:00"}}]}
+    (tmp_path / "m.json").write_text(json.dumps(meta))
+    assert from_gradescope(tmp_path / "m.json") == (datetime(2026, 12, 13, 19, 29, tzinfo=UTC), 2.0)
+    (tmp_path / "m.json").write_text(json.dumps({"created_at": "2026-12-13T19:29:00Z"}))
+    assert from_gradescope(tmp_path / "m.json")[1] == 0.0
+
+
+def test_submission_times_from_a_csv_and_its_errors_name_the_line(tmp_path):
+    path = tmp_path / "times.csv"
+    path.write_text("submission,submitted_at\nalice,2026-12-13T19:29:00+00:00\n")
+    assert from_csv(path) == {"alice": datetime(2026, 12, 13, 19, 29, tzinfo=UTC)}
+    path.write_text("submission,submitted_at\nalice,2026-12-13T19:29:00+00:00\nalice,2026-12-14T00:00:00+00:00\n")
+    with pytest.raises(ConfigError, match="line 3: submission 'alice' is listed twice"):
+        from_csv(path)
+    path.write_text("name,when\n")
+    with pytest.raises(ConfigError, match="line 1: no column submission, submitted_at"):
+        from_csv(path)
+
+
+@pytest.fixture
+def course_folder(tmp_path, monkeypatch):
+    """A course folder of its own (course.yaml, nbgrader's settings): its extensions.csv is this test's."""
+    folder = tmp_path / "course"
+    folder.mkdir()
+    shutil.copy(ROOT / "course.yaml", folder / "course.yaml")
+    shutil.copy(ROOT / "nbgrader_config.py", folder / "nbgrader_config.py")
+    monkeypatch.setenv("COURSE_ROOT", str(folder))
+    monkeypatch.delenv("COURSE_CONFIG", raising=False)
+    return folder
+
+
+def test_extend_writes_replaces_and_removes_an_extension(course_folder):
+    path = course_folder / "extensions.csv"
+    extend("alice", AID, 2, {"alice", "bob"})
+    extend("bob", AID, 1.5, {"alice", "bob"})
+    extend("alice", AID, 3, {"alice", "bob"})
+    assert read_extensions(path) == {("alice", AID): 3.0, ("bob", AID): 1.5}
+    extend("bob", AID, 0, {"alice", "bob"})
+    assert read_extensions(path) == {("alice", AID): 3.0}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["extend", "mallory", AID, "--days", "2"], "no student 'mallory' in this course"),
+    (["extend", "alice", "lab99", "--days", "2"], "no assignment 'lab99'"),
+    (["extend", "alice", AID, "--days", "-1"], "an extension is 0 to 366 days"),
+])
+def test_a_bad_extension_is_one_line_and_the_file_is_unchanged(course_folder, capsys, args, says):
+    roster = course_folder / "roster.csv"
+    roster.write_text("student\nalice\n")
+    assert main(["extend", "alice", AID, "--days", "1", "--roster", str(roster)]) == 0
+    before = (course_folder / "extensions.csv").read_bytes()
+    capsys.readouterr()
+    assert main([*args, "--roster", str(roster)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+    assert (course_folder / "extensions.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize("text, says", [
+    ("student,assignment,days\nalice,lab99,1\n", "line 2: assignment 'lab99' is not in"),
+    ("student,assignment,days\nalice,lab14_transformers,lots\n", "line 2: days 'lots' is not a number"),
+    ("student,assignment,days\nalice,lab14_transformers,1\nalice,lab14_transformers,2\n", "line 3: alice already"),
+    ("student,days\nalice,1\n", "line 1: no column assignment"),
+])
+def test_a_hand_edited_extensions_csv_is_read_with_errors_naming_line_and_field(course_folder, text, says):
+    (course_folder / "extensions.csv").write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        read_extensions()
+
+
+def test_a_roster_names_its_missing_column_and_duplicate_student(tmp_path):
+    path = tmp_path / "roster.csv"
+    path.write_text("\ufeffstudent,email\nalice,a@x.edu\nbob,b@x.edu\n")  # the LMS's byte-order mark is fine
+    assert [r["email"] for r in read_roster(path, ["email"])] == ["a@x.edu", "b@x.edu"]
+    with pytest.raises(ConfigError, match="line 1: no column SIS User ID"):
+        read_roster(path, ["SIS User ID"])
+    path.write_text("student,email\nalice,a@x.edu\nalice,c@x.edu\n")
+    with pytest.raises(ConfigError, match=r"line 3: student 'alice' is listed twice \(line 2\)"):
+        read_roster(path)
+    assert student_of("secA/alice") == student_of("alice~2") == "alice"
+
+
+def results_folder(folder, scores, submitted):
+    """lab14 results as `course grade --results-dir` saves them: name -> raw score, and a submission time."""
+    from tests.test_report import result
+    folder.mkdir(parents=True)
+    for name, score in scores.items():
+        res = result(stubbed=[] if score else list(load_items()))
+        res["score"] = float(score)
+        res["extra_data"]["assignment"] = AID
+        res["extra_data"]["submitted_at"] = submitted.get(name)
+        (folder / f"{name}.json").write_text(json.dumps(res))
+    return folder
+
+
+def load_items():
+    from autograder.course.config import load_course
+    return load_course().assignment(AID).items
+
+
+CANVAS_ROSTER = ("student,Student,ID,SIS User ID,SIS Login ID,Section,email\n"
+                 "alice,\"Liddell, Alice\",101,s101,alice,A,alice@x.edu\n"
+                 "bob,=HYPERLINK(\"x\"),102,s102,bob,A,bob@x.edu\n"
+                 "carol,Carol,103,s103,carol,B,carol@x.edu\n")
+
+
+def due_course(course_folder):
+    text = (course_folder / "course.yaml").read_text().replace(
+        LAB14, f'{LAB14}    due: "2026-12-12T23:59:00+00:00"\n', 1)
+    (course_folder / "course.yaml").write_text(
+        text.replace("\nlimits:\n", "\nlate: {percent_per_day: 10, floor_percent: 50}\nlimits:\n", 1))
+
+
+def test_the_canvas_and_moodle_exports_read_back_to_their_documented_layout(course_folder, tmp_path):
+    due_course(course_folder)
+    graded = results_folder(tmp_path / "graded" / AID, {"alice": 29, "bob": 20},
+                            {"alice": "2026-12-12T20:00:00+00:00", "bob": "2026-12-14T01:00:00+00:00"})
+    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER)
+    out = tmp_path / "canvas.csv"
+    assert main(["export", "grades", str(graded.parent), "--roster", str(tmp_path / "roster.csv"), "--lms", "canvas",
+                 "-o", str(out)]) == 0
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                       "Attention and transformers (lab) (lab14_transformers)"]
+    assert rows[1] == ["    Points Possible", "", "", "", "", "39"]  # 29 automatic + 10 written
+    assert rows[2] == ["Liddell, Alice", "101", "s101", "alice", "A", "29"]
+    assert rows[3] == ["'=HYPERLINK(\"x\")", "102", "s102", "bob", "A", "16"]  # 2 days late: 20% off; no formula
+    assert rows[4] == ["Carol", "103", "s103", "carol", "B", ""]  # no submission: empty, not 0
+    out = tmp_path / "moodle.csv"
+    assert main(["export", "grades", str(graded.parent), "--roster", str(tmp_path / "roster.csv"), "--lms", "moodle",
+                 "-o", str(out)]) == 0
+    assert list(csv.reader(out.open())) == [["email", "Attention and transformers (lab)"], ["alice@x.edu", "29"],
+                                            ["bob@x.edu", "16"], ["carol@x.edu", ""]]
+
+
+def test_an_extension_granted_after_grading_changes_the_export_and_grades_nothing(course_folder, tmp_path,
+                                                                                  monkeypatch):
+    from autograder.sandbox.grader_side import Sandbox
+    started = []
+    monkeypatch.setattr(Sandbox, "start", lambda self: started.append(self))  # counted, never run
+    due_course(course_folder)
+    graded = results_folder(tmp_path / "graded" / AID, {"bob": 20}, {"bob": "2026-12-14T01:00:00+00:00"})
+    (tmp_path / "roster.csv").write_text("student,email\nbob,bob@x.edu\n")
+    out = tmp_path / "all.csv"
+    args = ["export", "grades", str(graded.parent), "--roster", str(tmp_path / "roster.csv"), "--lms", "csv", "-o",
+            str(out)]
+    assert main(args) == 0
+    assert next(csv.DictReader(out.open()))[f"{AID}:final"] == "16"
+    before = {p: p.read_bytes() for p in graded.iterdir()}
+    assert main(["extend", "bob", AID, "--days", "2", "--roster", str(tmp_path / "roster.csv")]) == 0
+    assert main(args) == 0
+    row = next(csv.DictReader(out.open()))
+    assert (row[f"{AID}:raw"], row[f"{AID}:lateness"], row[f"{AID}:final"]) == ("20", "on time", "20")
+    assert {p: p.read_bytes() for p in graded.iterdir()} == before  # the results are as graded: nothing regraded
+    assert started == []  # and no sandbox started
+
+
+@pytest.mark.parametrize("roster, says", [
+    ("student,email\nalice,a@x.edu\nalice,b@x.edu\n", "line 3: student 'alice' is listed twice"),
+    ("name,email\nalice,a@x.edu\n", "line 1: no column student"),
+    ("student,email\ncarol,c@x.edu\n", "no row for 1 students with results: alice"),
+])
+def test_a_bad_roster_is_one_line_and_nothing_is_written(course_folder, tmp_path, capsys, roster, says):
+    graded = results_folder(tmp_path / "graded" / AID, {"alice": 29}, {})
+    (tmp_path / "roster.csv").write_text(roster)
+    out = tmp_path / "moodle.csv"
+    assert main(["export", "grades", str(graded.parent), "--roster", str(tmp_path / "roster.csv"), "--lms", "moodle",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
