@@ -6,6 +6,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import yaml
 
 from autograder.cli import main
 from autograder.course.config import ROOT, LatePolicy, parse_course
@@ -67,10 +68,10 @@ def test_a_bad_due_time_or_policy_is_one_error_naming_the_key(insert, says):
 
 
 def test_a_due_time_keeps_its_offset_and_an_assignment_overrides_the_courses_policy():
-    course = parse_course(course_text(**{LAB14: f'{LAB14}    due: 2026-12-12T23:59:00+05:30\n'
-                                                f'    late: {{percent_per_day: 25}}\n',
-                                         "\nlimits:\n": "\nlate: {grace_minutes: 10, percent_per_day: 5}\nlimits:\n"}),
-                          "course.yaml")
+    raw = yaml.safe_load(course_text(**{LAB14: f'{LAB14}    due: 2026-12-12T23:59:00+05:30\n'
+                                               f'    late: {{percent_per_day: 25}}\n'}))
+    raw["late"] = {"grace_minutes": 10, "percent_per_day": 5}
+    course = parse_course(yaml.safe_dump(raw), "course.yaml")
     assert course.assignment(AID).due == datetime(2026, 12, 12, 18, 29, tzinfo=UTC)
     assert course.late_policy(AID) == LatePolicy(grace_minutes=10, percent_per_day=25)
     assert course.late_policy("w8l4_transformers") == LatePolicy(grace_minutes=10, percent_per_day=5)
@@ -206,10 +207,11 @@ CANVAS_ROSTER = ("student,Student,ID,SIS User ID,SIS Login ID,Section,email\n"
 
 
 def due_course(course_folder):
-    text = (course_folder / "course.yaml").read_text().replace(
-        LAB14, f'{LAB14}    due: "2026-12-12T23:59:00+00:00"\n', 1)
-    (course_folder / "course.yaml").write_text(
-        text.replace("\nlimits:\n", "\nlate: {percent_per_day: 10, floor_percent: 50}\nlimits:\n", 1))
+    """The folder's lab14 due on 2026-12-12 at 23:59 UTC, late work losing 10% a started day down to half."""
+    raw = yaml.safe_load((course_folder / "course.yaml").read_text())
+    raw["late"] = {"percent_per_day": 10, "floor_percent": 50}
+    raw["assignments"][AID]["due"] = "2026-12-12T23:59:00+00:00"
+    (course_folder / "course.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
 def test_the_canvas_and_moodle_exports_read_back_to_their_documented_layout(course_folder, tmp_path):
