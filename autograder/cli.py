@@ -48,9 +48,11 @@ def cmd_grade(args):
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
 
-    from autograder.batch.run import find_submissions, record_submission_times
+    from autograder.batch.results import HISTORY, record_submission_times
+    from autograder.batch.run import find_submissions
     from autograder.batch.scheduler import Where, grade_class
     from autograder.course.extensions import FILE as EXTENSIONS
+    from autograder.reports.changes import append_changes, change_lines, changes
     from autograder.reports.final_grade import final_grades
     from autograder.reports.tables import grade_table, not_scored, reason_lines, score_text, write_csv
     course = load_course()
@@ -107,6 +109,12 @@ def cmd_grade(args):
         print("\n" + textwrap.fill(f"{counts}. reused: the result saved in {args.results_dir} by the same grading "
                                    f"(assignment, notebook content, items, grader); merged: the items asked for "
                                    f"regraded into the saved result, whose total is shown.", 120))
+    moved = changes([(n, r) for n, r in rows if how.get(n) != "reused"]) if args.results_dir else []
+    if moved:
+        print(f"\nwhose grade moved since its last grading ({len(moved)}; the earlier results are in "
+              f"{Path(args.results_dir) / HISTORY}):")
+        print("\n".join(textwrap.fill(line, 120, subsequent_indent="    ") for line in change_lines(moved)))
+        print(f"(appended to {append_changes(args.results_dir, moved)})")
     reasons = [line for name, result in rows for line in reason_lines(name, result, limit=args.reasons)]
     if reasons:
         print("\nwhy points were lost:")

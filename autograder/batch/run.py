@@ -7,18 +7,13 @@ their sandboxes from one zygote, the coordinator's (its imports paid once per ba
 run in this process. The coordinator of several workers imports no torch, pytest or grader: it only dispatches
 (this module's grading imports are deferred into the functions that grade).
 
-A results folder (`--results-dir`) holds one result per submission name, and a saved result is reused only when
-it is the same grading: the identity stored in its `extra_data.grading` (assignment, sha256 of the notebook's
-bytes, items requested, grader_identity) must equal this run's. An `--items` run into a folder holding the
-submission's full result (or a partial one of other items) by the same grader regrades those items and merges
-them into it; anything else is graded afresh and replaces what was saved.
+A results folder (`--results-dir`) keeps each result the moment it is done, and gives back one saved by the same
+grading instead of grading again (batch/results.py, which every path writes through).
 """
-import fcntl
 import hashlib
 import json
 import os
 import signal
-import sys
 import tempfile
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -26,9 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from autograder.batch import worker
+from autograder.batch.results import claimed, grading_identity, same_grading
 from autograder.course.config import course_root, load_course
 from autograder.errors import setup_problem
-from autograder.grading.cache import atomic_write, libraries
+from autograder.grading.cache import libraries
 from autograder.sandbox.zygote import ZYGOTE, experiments_at_once, threads_per_worker
 
 WORKER_EXIT_SECONDS = 5  # an interrupted worker closes its sandbox and lock in well under this
@@ -161,121 +157,11 @@ def grade_one(name, notebook, aid, items, device, results_dir, threads=None, gra
     if results_dir is None:
         return _grade(name, notebook, aid, items, device, threads, at_once), "graded"
     identity = grading_identity(aid, file_digest(notebook), items, grader or identity_here(aid, device))
-    out = result_path(results_dir, name)
-    with result_lock(lock_path(out)):
-        saved = _saved(out)
+    with claimed(results_dir, name) as entry:
+        saved = entry.saved
         if same_grading(saved, identity):
             return saved, "reused"
-        return stored(out, _grade(name, notebook, aid, items, device, threads, at_once), saved, identity, items,
-                      notebook)
-
-
-def grading_identity(aid, submission, items, grader):
-    """What makes two gradings the same: assignment, the notebook's sha256, the items asked for, the grader."""
-    return {"assignment": aid, "submission": submission, "items": sorted(items) if items else None, "grader": grader}
-
-
-def result_path(results_dir, name):
-    """Where the results folder keeps `name`'s result (its folder made: a name told apart by folders, secA/alice)."""
-    out = Path(results_dir) / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def lock_path(out):
-    return out.parent / f".{out.name[:-len('.json')]}.lock"
-
-
-def same_grading(saved, identity):
-    """Whether the saved result is this grading's (then it is reused as it is)."""
-    same = saved.get("extra_data", {}).get("grading") or {}
-    return bool(saved) and all(same.get(k, "") == identity[k] for k in identity)
-
-
-def stored(out, result, saved, identity, items, notebook):
-    """(result, how) after saving a fresh result at `out` (the caller holds its lock): merged into the saved one
-    for an --items run by the same grader, else replacing it; a grader failure is not saved (the next run retries)."""
-    if result.get("extra_data", {}).get("grader_error"):
-        return result, "graded"
-    same = saved.get("extra_data", {}).get("grading") or {}
-    by_same_grader = all(same.get(k, "") == identity[k] for k in ("assignment", "submission", "grader"))
-    how, identity = "graded", dict(identity)
-    if items and by_same_grader and saved.get("tests"):
-        result, how = merged(saved, result, items), "merged"
-        identity["items"] = None if same["items"] is None else sorted(set(same["items"]) | set(items))
-    elif saved and same.get("source") not in (None, str(Path(notebook).resolve())):
-        name = out.name[:-len(".json")]
-        print(f"{out}: held the result of {same['source']}, another notebook named {name}; replaced by "
-              f"{Path(notebook).resolve()} (grade sections into separate folders to keep both)", file=sys.stderr)
-    result.setdefault("extra_data", {})["grading"] = {**identity, "source": str(Path(notebook).resolve())}
-    atomic_write(out, json.dumps(result, indent=1))
-    return result, how
-
-
-def record_submission_times(rows, times, results_dir=None):
-    """Each scored result of `rows` ((name, result)) given its submission time (`times`: name -> aware time or None)
-    as extra_data.submitted_at, and so saved in the results folder: the raw score stays as graded, and the final
-    score is computed from it and the time whenever it is read (reports/final_grade.py)."""
-    from autograder.course.submission_times import iso
-    for name, result in rows:
-        if result.get("extra_data", {}).get("grader_error"):
-            continue
-        result["extra_data"]["submitted_at"] = iso(times.get(name))
-        if results_dir is None:
-            continue
-        out = result_path(results_dir, name)
-        with result_lock(lock_path(out)):
-            saved = _saved(out)
-            if saved and saved.get("extra_data", {}).get("grading") == result["extra_data"].get("grading"):
-                saved["extra_data"]["submitted_at"] = result["extra_data"]["submitted_at"]
-                atomic_write(out, json.dumps(saved, indent=1))
-
-
-def _saved(path):
-    """The saved result at path, or {} (none, unreadable, or not a result)."""
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return saved if isinstance(saved, dict) and isinstance(saved.get("tests"), list) else {}
-
-
-def merged(saved, fresh, items):
-    """The saved result with the tests of `items` replaced by the fresh grading's (in the saved order of items),
-    its totals recomputed; the rest of the fresh result (notes, versions) describes this run."""
-    fresh_tests = {}
-    for test in fresh["tests"]:
-        fresh_tests.setdefault(test["item"], []).append(test)
-    order = list(dict.fromkeys([t["item"] for t in saved["tests"]] + list(fresh_tests)))
-    tests = [t for item in order
-             for t in (fresh_tests.get(item, []) if item in items else
-                       [t for t in saved["tests"] if t["item"] == item])]
-    extra = {**fresh.get("extra_data", {}), "regraded": sorted(items)}
-    return {**fresh, "score": round(sum(t["score"] for t in tests), 4), "max_score": sum(t["max_score"] for t in tests),
-            "tests": tests, "extra_data": extra}
-
-
-@contextmanager
-def result_lock(path):
-    """An flock on `path`, removed when released: two graders sharing a results folder wait for each other.
-
-    The holder unlinks the file before unlocking; a waiter that then gets the lock on the unlinked file
-    sees that the path no longer names what it holds, and tries again.
-    """
-    while True:
-        lock = open(path, "a")  # noqa: SIM115 -- held until the caller is done: closed below
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        lock.close()
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        lock.close()
+        return entry.store(_grade(name, notebook, aid, items, device, threads, at_once), identity, items, notebook)
 
 
 def _grade(name, notebook, aid, items, device, threads=None, at_once=1):

@@ -24,18 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.batch.run import (
-    _saved,
-    failed_result,
-    grade_batch,
-    grader_identity,
-    grading_identity,
-    lock_path,
-    result_lock,
-    result_path,
-    same_grading,
-    stored,
-)
+from autograder.batch.results import claimed, grading_identity, same_grading
+from autograder.batch.run import failed_result, grade_batch, grader_identity
 from autograder.errors import ConfigError
 
 KILLS_TO_BLAME = 2  # a grading that was running on two workers that both died kills workers: a grader error
@@ -155,9 +145,8 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
         data = notebook.read_bytes() if notebook.is_file() else None
         sha = hashlib.sha256(data).hexdigest() if data is not None else ""
         if results_dir is not None:
-            out = result_path(results_dir, name)
-            with result_lock(lock_path(out)):
-                saved = _saved(out)
+            with claimed(results_dir, name) as entry:
+                saved = entry.saved
             if same_grading(saved, grading_identity(aid, sha, items, grader)):
                 results[name] = saved
                 done += 1
@@ -184,10 +173,8 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
                     continue
                 result, how = _outcome(future, aid, name), "graded"
                 if results_dir is not None:
-                    out = result_path(results_dir, name)
-                    with result_lock(lock_path(out)):  # re-read: another run may have saved it meanwhile
-                        result, how = stored(out, result, _saved(out), grading_identity(aid, sha, items, grader),
-                                             items, notebook)
+                    with claimed(results_dir, name) as entry:  # stored against what is saved now: another run
+                        result, how = entry.store(result, grading_identity(aid, sha, items, grader), items, notebook)
                 results[name] = result
                 done += 1
                 if progress:

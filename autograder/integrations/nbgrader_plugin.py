@@ -370,8 +370,9 @@ class TrustedGrade(NbGraderPreprocessor):
         if self.wait_for is not None:
             self.wait_for(aid, student)
 
-        from autograder.batch.run import _saved, grading_identity, identity_here, same_grading
-        saved = _saved(Path(self.results_dir) / f"{student}.json")
+        from autograder.batch.results import grading_identity, read_result, same_grading
+        from autograder.batch.run import identity_here
+        saved = read_result(Path(self.results_dir) / f"{student}.json")
         grader = None
         if self.identity_of is not None:
             try:

@@ -27,8 +27,8 @@ def load_results(folder):
     rows = []
     for path in sorted(folder.rglob("*.json")):
         rel = path.relative_to(folder)
-        if rel.name.startswith(".") or ".ipynb_checkpoints" in rel.parts:  # Jupyter's copies, not results
-            continue
+        if any(part.startswith(".") for part in rel.parts) or ".ipynb_checkpoints" in rel.parts:
+            continue  # the replaced results' history (.history), Jupyter's copies: not this class's results
         try:
             result = json.loads(path.read_text())
         except (OSError, ValueError):

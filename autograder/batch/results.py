@@ -1,0 +1,193 @@
+"""The results folder (`--results-dir`): one result per submission name, every path writing through here.
+
+`course grade` on this machine's workers (batch/run.py), on a Dask cluster (batch/scheduler.py) and nbgrader's
+parallel autograde read and write a submission's result only through `claimed(folder, name)`: under a lock, so that
+runs sharing a folder grade each submission once. A saved result is reused only when it is the same grading: the
+identity stored in its `extra_data.grading` (assignment, sha256 of the notebook's bytes, items requested,
+grader_identity) must equal this run's. An `--items` run into a folder holding the submission's full result by the
+same grader merges those items into it; anything else is graded afresh.
+
+Nothing is overwritten: a result replaced by a new grading is kept in `.history/<name>/<graded_at>.json`, and the new
+result carries a summary of it (`extra_data.previous`: when, by which grading, its score and each item's), so that a
+regrade says whose grade moved (reports/changes.py) and the history stays.
+"""
+import fcntl
+import json
+import os
+import sys
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from autograder.grading.cache import atomic_write
+
+HISTORY = ".history"
+
+
+@contextmanager
+def claimed(results_dir, name):
+    """`name`'s entry in the results folder, locked until the block ends: .saved, .store(...)."""
+    out = result_path(results_dir, name)
+    with result_lock(lock_path(out)):
+        yield Entry(out)
+
+
+class Entry:
+    """One submission's place in the results folder, held under its lock (claimed)."""
+
+    def __init__(self, out):
+        self.out = out
+
+    @property
+    def saved(self):
+        """The saved result, or {} (none, unreadable, or not a result)."""
+        return read_result(self.out)
+
+    def store(self, result, identity, items, notebook):
+        """(result, how) after saving a fresh result: merged into the saved one for an --items run by the same
+        grader, else replacing it, the saved one kept in the history; a grader failure is not saved (the next run
+        retries)."""
+        return stored(self.out, result, self.saved, identity, items, notebook)
+
+
+def history(results_dir, name):
+    """`name`'s earlier results, oldest first (what each regrade replaced)."""
+    out = Path(results_dir) / f"{name}.json"
+    folder = out.parent / HISTORY / out.stem
+    return [r for p in sorted(folder.glob("*.json")) if (r := read_result(p))]
+
+
+def grading_identity(aid, submission, items, grader):
+    """What makes two gradings the same: assignment, the notebook's sha256, the items asked for, the grader."""
+    return {"assignment": aid, "submission": submission, "items": sorted(items) if items else None, "grader": grader}
+
+
+def result_path(results_dir, name):
+    """Where the results folder keeps `name`'s result (its folder made: a name told apart by folders, secA/alice)."""
+    out = Path(results_dir) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def lock_path(out):
+    return out.parent / f".{out.name[:-len('.json')]}.lock"
+
+
+def same_grading(saved, identity):
+    """Whether the saved result is this grading's (then it is reused as it is)."""
+    same = saved.get("extra_data", {}).get("grading") or {}
+    return bool(saved) and all(same.get(k, "") == identity[k] for k in identity)
+
+
+def stored(out, result, saved, identity, items, notebook):
+    """(result, how) after saving a fresh result at `out` (the caller holds its lock): merged into the saved one
+    for an --items run by the same grader, else replacing it; a grader failure is not saved (the next run retries)."""
+    if result.get("extra_data", {}).get("grader_error"):
+        return result, "graded"
+    same = saved.get("extra_data", {}).get("grading") or {}
+    by_same_grader = all(same.get(k, "") == identity[k] for k in ("assignment", "submission", "grader"))
+    how, identity = "graded", dict(identity)
+    if items and by_same_grader and saved.get("tests"):
+        result, how = merged(saved, result, items), "merged"
+        identity["items"] = None if same["items"] is None else sorted(set(same["items"]) | set(items))
+    elif saved and same.get("source") not in (None, str(Path(notebook).resolve())):
+        name = out.name[:-len(".json")]
+        print(f"{out}: held the result of {same['source']}, another notebook named {name}; replaced by "
+              f"{Path(notebook).resolve()} (grade sections into separate folders to keep both)", file=sys.stderr)
+    result.setdefault("extra_data", {})["grading"] = {**identity, "source": str(Path(notebook).resolve())}
+    result["extra_data"]["graded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    if saved.get("tests"):  # kept, never overwritten: the history, and what the regrade changed
+        keep(out, saved)
+        result["extra_data"]["previous"] = summary(saved)
+    atomic_write(out, json.dumps(result, indent=1))
+    return result, how
+
+
+def keep(out, saved):
+    """The replaced result, whole, in the history: .history/<name>/<when it was graded>.json."""
+    folder = out.parent / HISTORY / out.stem  # secA/alice's beside it: secA/.history/alice
+    folder.mkdir(parents=True, exist_ok=True)
+    when = (saved.get("extra_data", {}).get("graded_at") or "before-history").replace(":", "")
+    path, n = folder / f"{when}.json", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{when}-{n}.json"
+    atomic_write(path, json.dumps(saved, indent=1))
+
+
+def summary(result):
+    """What a regrade compares: the score, each item's, when and by which grading."""
+    items = {}
+    for test in result.get("tests", []):
+        items[test["item"]] = round(items.get(test["item"], 0.0) + test["score"], 4)
+    extra = result.get("extra_data", {})
+    return {"score": result.get("score"), "max_score": result.get("max_score"), "items": items,
+            "graded_at": extra.get("graded_at"), "grading": extra.get("grading")}
+
+
+def record_submission_times(rows, times, results_dir=None):
+    """Each scored result of `rows` ((name, result)) given its submission time (`times`: name -> aware time or None)
+    as extra_data.submitted_at, and so saved in the results folder: the raw score stays as graded, and the final
+    score is computed from it and the time whenever it is read (reports/final_grade.py)."""
+    from autograder.course.submission_times import iso
+    for name, result in rows:
+        if result.get("extra_data", {}).get("grader_error"):
+            continue
+        result["extra_data"]["submitted_at"] = iso(times.get(name))
+        if results_dir is None:
+            continue
+        out = result_path(results_dir, name)
+        with result_lock(lock_path(out)):
+            saved = read_result(out)
+            if saved and saved.get("extra_data", {}).get("grading") == result["extra_data"].get("grading"):
+                saved["extra_data"]["submitted_at"] = result["extra_data"]["submitted_at"]
+                atomic_write(out, json.dumps(saved, indent=1))
+
+
+def read_result(path):
+    """The saved result at path, or {} (none, unreadable, or not a result)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) and isinstance(saved.get("tests"), list) else {}
+
+
+def merged(saved, fresh, items):
+    """The saved result with the tests of `items` replaced by the fresh grading's (in the saved order of items),
+    its totals recomputed; the rest of the fresh result (notes, versions) describes this run."""
+    fresh_tests = {}
+    for test in fresh["tests"]:
+        fresh_tests.setdefault(test["item"], []).append(test)
+    order = list(dict.fromkeys([t["item"] for t in saved["tests"]] + list(fresh_tests)))
+    tests = [t for item in order
+             for t in (fresh_tests.get(item, []) if item in items else
+                       [t for t in saved["tests"] if t["item"] == item])]
+    extra = {**fresh.get("extra_data", {}), "regraded": sorted(items)}
+    return {**fresh, "score": round(sum(t["score"] for t in tests), 4), "max_score": sum(t["max_score"] for t in tests),
+            "tests": tests, "extra_data": extra}
+
+
+@contextmanager
+def result_lock(path):
+    """An flock on `path`, removed when released: two graders sharing a results folder wait for each other.
+
+    The holder unlinks the file before unlocking; a waiter that then gets the lock on the unlinked file
+    sees that the path no longer names what it holds, and tries again.
+    """
+    while True:
+        lock = open(path, "a")  # noqa: SIM115 -- held until the caller is done: closed below
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        lock.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        lock.close()
+
+
