@@ -63,12 +63,12 @@ def cmd_grade(args):
         raise ConfigError(f"--items: {', '.join(unknown)} not in {args.assignment} "
                           f"(known: {', '.join(assignment.items)})")
     released_notebook(args.assignment)  # a missing release is one clear error, not a grader failure per notebook
+    subs = find_submissions(args.paths, args.assignment)
+    times = submission_times(subs, args.submitted_at)  # a time that does not parse stops here, before any grading
     if args.workers <= 1 and not (args.scheduler or args.cluster):
         from autograder.batch.worker import start_zygote
         from autograder.sandbox.zygote import threads_per_worker
         start_zygote(threads_per_worker(1))  # it imports torch on another core while this process imports the grader
-    subs = find_submissions(args.paths, args.assignment)
-    times = submission_times(subs, args.submitted_at)  # a time that does not parse stops here, before any grading
     print_mnist_source(args.assignment)
     how = {}
     try:

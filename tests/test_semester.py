@@ -81,6 +81,9 @@ def test_one_fixture_three_paths_one_grade(tmp_path, graded_solutions, monkeypat
         rows = {r["student_id"]: r for r in csv.DictReader(f)}
     assert {s: float(r["score"]) for s, r in rows.items()} == pytest.approx(EXPECTED)
     assert rows["late"]["duedate"].startswith("2026-12-12 18:29:00")  # course release set it, in UTC
+    assignment = load_course().assignment(AID)
+    assert {i: float(rows["late"][f"item:{i}"]) for i in assignment.items} == {  # each item's points, raw
+        i: assignment.item_points(i) for i in assignment.items}
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{clone}/.nbgrader/gradebook.db") as gb:  # what nbgrader stored at autograde
         stored = {s.student.id: s.score - s.late_submission_penalty for s in gb.find_assignment(AID).submissions}

@@ -1,4 +1,4 @@
-"""`nbgrader export` for this course: nbgrader's columns, then the automatic and the written points apart.
+"""`nbgrader export` for this course: nbgrader's columns, the automatic and the written points apart, each item's.
 
 nbgrader's own CSV has one total per student and assignment. Here `score` is still nbgrader's total less the late
 penalty (what an LMS imports), the penalty computed from the submission's timestamp, course.yaml's late policy and
@@ -30,18 +30,32 @@ class CourseExportPlugin(ExportPlugin):
         dest = self.to or "grades.csv"
         assignments, students = [str(a) for a in self.assignment], [str(s) for s in self.student]
         self.log.info("Exporting grades to %s", dest)
+        chosen = [a for a in gradebook.assignments if not assignments or a.name in assignments]
+        # one column per test cell of the assignments exported (`item:<name>`, the grader's points), blank elsewhere
+        items = list(dict.fromkeys(c.name[len("test_"):] for a in chosen for nb in a.notebooks for c in nb.grade_cells
+                                   if c.name.startswith("test_")))
         with open(dest, "w", newline="") as f:
             out = csv.writer(f)
-            out.writerow(COLUMNS)
-            for assignment in gradebook.assignments:
-                if assignments and assignment.name not in assignments:
-                    continue
+            out.writerow([*COLUMNS, *(f"item:{i}" for i in items)])
+            for assignment in chosen:
                 for student in gradebook.students:
                     if students and student.id not in students:
                         continue
                     row = [as_cell(assignment.name), assignment.duedate or "", *self.submitted(
                         gradebook, assignment, student)]
-                    out.writerow(row)
+                    out.writerow([*row, *self.item_points(gradebook, assignment, student, items)])
+
+    @staticmethod
+    def item_points(gradebook, assignment, student, items):
+        """The grader's points on each item (its test cell's), blank for an item of another assignment or no
+        submission."""
+        try:
+            sub = gradebook.find_submission(assignment.name, student.id)
+        except MissingEntry:
+            return [""] * len(items)
+        scored = {g.name[len("test_"):]: g.auto_score or 0.0 for nb in sub.notebooks for g in nb.grades
+                  if g.name.startswith("test_")}
+        return [scored.get(i, "") for i in items]
 
     @staticmethod
     def submitted(gradebook, assignment, student):

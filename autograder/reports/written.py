@@ -81,7 +81,7 @@ def written_of_submission(submission):
     grades = [g for nb in submission.notebooks for g in nb.grades]
     written = [g for g in grades if g.name.startswith("answer_")]
     graded = sum(not g.needs_manual_grade for g in written)
-    score = sum(g.score or 0 for g in written) + sum(g.extra_credit or 0 for g in grades)
+    score = sum(g.score or 0.0 for g in written) + sum(g.extra_credit or 0.0 for g in grades)
     return WrittenGrade(score if graded == len(written) else None, sum(g.max_score for g in written), graded,
                         len(written))
 
@@ -90,4 +90,4 @@ def automatic_of_submission(submission):
     """The grader's points in one of nbgrader's SubmittedAssignments (every cell but the written answers, as the
     grader scored it, whatever a TA overrode): (score, max_score)."""
     grades = [g for nb in submission.notebooks for g in nb.grades if not g.name.startswith("answer_")]
-    return sum(g.auto_score or 0 for g in grades), sum(g.max_score for g in grades)
+    return sum(g.auto_score or 0.0 for g in grades), sum(g.max_score for g in grades)

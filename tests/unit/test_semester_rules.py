@@ -272,3 +272,14 @@ def test_a_bad_roster_is_one_line_and_nothing_is_written(course_folder, tmp_path
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_a_timestamp_that_does_not_parse_stops_course_grade_before_it_grades_anything(tmp_path, capsys):
+    folder = tmp_path / "subs" / "alice"
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "release" / AID / f"{AID}.ipynb", folder / f"{AID}.ipynb")
+    (folder / "timestamp.txt").write_text("the day before yesterday")
+    assert main(["grade", str(tmp_path / "subs"), "-a", AID, "--results-dir", str(tmp_path / "graded")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(folder / "timestamp.txt") in err and "is not a time" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "graded").exists()
