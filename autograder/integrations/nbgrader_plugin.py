@@ -440,8 +440,10 @@ class FeedbackSummary(NbGraderPreprocessor):
                 if nbgrader_meta(cell).get("grade_id") in pending:
                     nbgrader_meta(cell)["course_pending"] = True
         automatic = result["score"] if result else 0
-        # what else makes nbgrader's total (extra credit is in the written points): a late penalty, a TA's override
-        other = info.get("score", automatic) - automatic - (written.score or 0 if written else 0)
+        # what else makes nbgrader's total (extra credit is in the written points, the late penalty has a line of its
+        # own): a TA's override of an autograded cell
+        other = info.get("score", automatic) + (info.get("late_penalty") or 0) - automatic \
+            - (written.score or 0 if written else 0)
         resources["course_split"] = {
             "automatic": (automatic, result["max_score"]) if result else None,
             "written": (written.score, written.max_score) if written and written.max_score else None,
