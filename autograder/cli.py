@@ -233,46 +233,13 @@ def cmd_export(args):
 
 
 def cmd_export_grades(args):
-    """`course export grades`: the file is written whole, or not at all when something is wrong."""
-    from autograder.course.roster import read_roster, student_of
-    from autograder.grading.cache import atomic_write
-    from autograder.reports.class_report import by_assignment, load_results
-    from autograder.reports.lms_export import CANVAS_COLUMNS, class_grades, csv_text, export_table
-    needs = {"canvas": CANVAS_COLUMNS, "moodle": [args.moodle_key], "csv": []}[args.lms]
-    roster = read_roster(args.roster, needs)
-    rows = [row for folder in args.results_dirs for row in load_results(folder)]
-    if not rows:
-        raise ConfigError(f"no results in {', '.join(args.results_dirs)} (what `course grade --results-dir` writes)")
-    unknown = sorted(set(by_assignment(rows)) - set(load_course().assignments))
-    if unknown:
-        raise ConfigError(f"results of {', '.join(unknown)}, which course.yaml does not have")
-    missing = sorted({student_of(name) for name, _ in rows} - {r["student"] for r in roster})
-    if missing:  # never a file that silently lacks someone who submitted
-        raise ConfigError(f"{args.roster}: no row for {len(missing)} students with results: {', '.join(missing)}; "
-                          f"add them with their LMS identity (nothing was written)")
-    grades = class_grades(by_assignment(rows), lambda line: print(line, file=sys.stderr))
-    atomic_write(Path(args.output), csv_text(export_table(args.lms, grades, roster, args.moodle_key)))
-    print(f"{args.lms} grades of {len(roster)} students on {', '.join(grades)} written to {args.output}")
-    return 0
+    from autograder.apps.semester import export_grades
+    return export_grades(args.results_dirs, args.roster, args.lms, args.output, args.moodle_key)
 
 
 def cmd_extend(args):
-    from autograder.course.extensions import extend, extensions_path
-    rows = extend(args.student, args.id, args.days, known_students(args.roster))
-    now = rows.get((args.student, args.id))
-    said = f"{now:g} more day{'' if now == 1 else 's'}" if now else "no extension"
-    print(f"{args.student} on {args.id}: {said} ({extensions_path()})")
-    return 0
-
-
-def known_students(roster=None):
-    """The course's students: the roster's, nbgrader's gradebook's, and .nbgrader/submitted/'s folder names."""
-    from autograder.course.roster import read_roster
-    from autograder.reports.written import gradebook_students
-    known = {r["student"] for r in read_roster(roster)} if roster else set()
-    submitted = course_root() / ".nbgrader" / "submitted"
-    known |= {p.name for p in submitted.iterdir() if p.is_dir()} if submitted.is_dir() else set()
-    return known | gradebook_students()
+    from autograder.apps.semester import extend_deadline
+    return extend_deadline(args.student, args.id, args.days, args.roster)
 
 
 def cmd_report(args):
@@ -289,19 +256,8 @@ def cmd_report(args):
 
 
 def cmd_formgrader(args):
-    """nbgrader's formgrader for this course: a Jupyter server in the course folder with nbgrader's formgrader and
-    the course's extension (autograder/integrations/formgrader.py); it replaces this process, and Ctrl-C stops it."""
-    root = course_root()
-    extensions = ["nbgrader.server_extensions.formgrader", "autograder.integrations.formgrader"]
-    argv = [sys.executable, "-m", "jupyter_server", f"--ServerApp.root_dir={root}", f"--ServerApp.ip={args.ip}",
-            f"--ServerApp.port={args.port}", "--ServerApp.default_url=/formgrader", "--ServerApp.open_browser=False",
-            *[f"--ServerApp.jpserver_extensions={name}=True" for name in extensions]]
-    if os.geteuid() == 0:  # a grading machine's root, as in a container: Jupyter refuses it unless told
-        argv.append("--ServerApp.allow_root=True")
-    print(f"formgrader for {root} on http://{args.ip}:{args.port}/formgrader (the token is in the URL Jupyter prints "
-          f"below; stop with Ctrl-C)", flush=True)
-    os.chdir(root)  # nbgrader reads nbgrader_config.py from the folder it runs in
-    os.execv(sys.executable, argv)
+    from autograder.apps.formgrader import formgrader
+    return formgrader(args.ip, args.port)
 
 
 def cmd_demo(args):
