@@ -35,38 +35,44 @@ def written_grades(aid, students, db_url=None):
     assignment = load_course().assignment(aid)
     if not assignment.written_points:
         return {}
-    answers, total = set(assignment.written), assignment.written_points
-    found = _from_gradebook(db_url or _gradebook_url(), aid, answers, set(students))
-    return {s: found.get(s, WrittenGrade(None, total, 0, len(answers))) for s in students}
-
-
-def _gradebook_url():
-    """The course's gradebook; a course folder without nbgrader's settings has none (every written answer pending)."""
-    from autograder.errors import ConfigError
-    from autograder.notebooks.build import gradebook_url
-    try:
-        return gradebook_url()
-    except ConfigError:
-        return None
+    answers, total = len(assignment.written), assignment.written_points
+    found = _from_gradebook(db_url, aid, set(students))
+    return {s: found.get(s, WrittenGrade(None, total, 0, answers)) for s in students}
 
 
 def gradebook_students():
     """The student ids of the course's nbgrader gradebook (none where there is none)."""
-    db_url = _gradebook_url()
-    if db_url is None or db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
+    gb = _gradebook()
+    if gb is None:
         return set()
-    from nbgrader.api import Gradebook
-    with Gradebook(db_url) as gb:
+    with gb:
         return {s.id for s in gb.students}
 
 
-def _from_gradebook(db_url, aid, answers, students):
+def _gradebook(db_url=None):
+    """nbgrader's Gradebook of the course (as its nbgrader_config.py names it) or of `db_url`; None where there is
+    none: nbgrader was never run there (no empty gradebook is made), or the course folder has no nbgrader settings."""
+    from autograder.errors import ConfigError
+    from autograder.notebooks.build import gradebook_url
+    if db_url is None:
+        try:
+            db_url = gradebook_url()
+        except ConfigError:
+            return None
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
+        return None
+    from nbgrader.api import Gradebook
+    return Gradebook(db_url)
+
+
+def _from_gradebook(db_url, aid, students):
     """student -> WrittenGrade of those the gradebook has a submission of."""
-    if db_url is None or db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
-        return {}  # nbgrader was never run here: nothing is graded, and no empty gradebook is left behind
-    from nbgrader.api import Gradebook, MissingEntry
+    gb = _gradebook(db_url)
+    if gb is None:
+        return {}
+    from nbgrader.api import MissingEntry
     out = {}
-    with Gradebook(db_url) as gb:
+    with gb:
         for student in students:
             try:
                 out[student] = written_of_submission(gb.find_submission(aid, student))
