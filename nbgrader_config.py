@@ -66,7 +66,9 @@ c.GenerateAssignment.preprocessors = [IncludeHeaderFooter, InstantiateTests, Loc
 
 # Autograde takes a submission folder's single notebook whatever its name, and stops a student it cannot grade with
 # one line saying why (autograder/integrations/nbgrader_plugin.py). nbgrader has no setting for the class
-# `nbgrader autograde` makes, so the app's name for it is pointed at the subclass.
+# `nbgrader autograde` makes, so the app's name for it is pointed at the subclass. formgrader's Autograde button runs
+# this same command, in a process of its own, through the course's extension (`course formgrader`,
+# autograder/integrations/formgrader.py); nbgrader's own button would use nbgrader's Autograde inside the server.
 nbgrader.apps.autogradeapp.Autograde = CourseAutograde
 # The submission is repaired against the release (deleted, duplicated or edited locked cells, lost metadata) before
 # nbgrader's own checks, which would otherwise score such a notebook 0; each repair is logged and in the feedback.
@@ -92,8 +94,8 @@ c.CourseFeedbackExporter.filters = {"clean_student_html": clean_student_html}
 # outputs are sanitised, so that a <script> in an answer never runs in a browser (the TA's holds a Jupyter token).
 c.HTMLExporter.sanitize_html = True
 
-# `nbgrader export`: nbgrader's columns, then the automatic and the written points apart (written: pending until a TA
-# has graded every answer in formgrader).
+# `nbgrader export`: nbgrader's columns (the late penalty computed again with today's extensions), then the automatic
+# and the written points apart (written: pending until a TA has graded every answer in formgrader), then each item's.
 c.ExportApp.plugin_class = CourseExportPlugin
 
 # Late submissions: `course release` sets each assignment's due time from course.yaml in the gradebook, and the penalty
