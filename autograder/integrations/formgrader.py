@@ -12,9 +12,10 @@ Two things change (docs/TA.md, "Grading in formgrader"):
   one at a time (they write one gradebook).
 
 Enable it with nbgrader's formgrader (`course formgrader` does both), or in a Jupyter of your own with
-`jupyter server extension enable autograder.integrations.formgrader`. Jupyter loads extensions in alphabetical order,
-so this one's handler is added before nbgrader's and takes the Autograde button's URL; nbgrader's exporter is
-replaced once every extension has loaded (formgrader sets it while loading).
+`--ServerApp.jpserver_extensions=autograder.integrations.formgrader=True` or a jupyter_server_config.d file
+(docs/TA.md). Jupyter loads extensions in alphabetical order, so this one's handler is added before nbgrader's and
+takes the Autograde button's URL; nbgrader's exporter is replaced once every extension has loaded (formgrader sets
+it while loading).
 """
 import asyncio
 import json
