@@ -48,11 +48,11 @@ def cmd_grade(args):
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
 
+    from autograder.batch.changes import append_changes, change_lines, changes
     from autograder.batch.results import HISTORY, record_submission_times
     from autograder.batch.run import find_submissions
     from autograder.batch.scheduler import Where, grade_class
     from autograder.course.extensions import FILE as EXTENSIONS
-    from autograder.reports.changes import append_changes, change_lines, changes
     from autograder.reports.final_grade import final_grades
     from autograder.reports.tables import grade_table, not_scored, reason_lines, score_text, write_csv
     course = load_course()
@@ -85,11 +85,12 @@ def cmd_grade(args):
                 if args.results_dir else "")
         print(f"interrupted: the submissions being graded were stopped and not scored{kept}", file=sys.stderr)
         return 130
-    record_submission_times(rows, times, args.results_dir)
+    if args.results_dir:
+        record_submission_times(rows, times, args.results_dir)
     shown = items or list(assignment.items)
     marks = {name: got for name, got in how.items() if got != "graded"}
     written = written_of(args.assignment, rows) if not items else None
-    finals = final_grades(args.assignment, rows) if assignment.due and not items else None
+    finals = final_grades(args.assignment, rows, times=times) if assignment.due and not items else None
     columns, notes = [], []
     if finals:
         columns += [("late", {n: f.lateness.text() for n, f in finals.items()}),

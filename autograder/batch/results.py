@@ -8,8 +8,8 @@ grader_identity) must equal this run's. An `--items` run into a folder holding t
 same grader merges those items into it; anything else is graded afresh.
 
 Nothing is overwritten: a result replaced by a new grading is kept in `.history/<name>/<graded_at>.json`, and the new
-result carries a summary of it (`extra_data.previous`: when, by which grading, its score and each item's), so that a
-regrade says whose grade moved (reports/changes.py) and the history stays.
+result carries a summary of it (`extra_data.grading.previous`: when, by which grading, its score and each item's), so
+that a regrade says whose grade moved (batch/changes.py) and the history stays.
 """
 import fcntl
 import json
@@ -94,11 +94,13 @@ def stored(out, result, saved, identity, items, notebook):
         name = out.name[:-len(".json")]
         print(f"{out}: held the result of {same['source']}, another notebook named {name}; replaced by "
               f"{Path(notebook).resolve()} (grade sections into separate folders to keep both)", file=sys.stderr)
-    result.setdefault("extra_data", {})["grading"] = {**identity, "source": str(Path(notebook).resolve())}
-    result["extra_data"]["graded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    # the folder's bookkeeping, beside the identity: where from, when, and the grading this one replaced
+    grading = {**identity, "source": str(Path(notebook).resolve()),
+               "graded_at": datetime.now(UTC).isoformat(timespec="seconds")}
     if saved.get("tests"):  # kept, never overwritten: the history, and what the regrade changed
         keep(out, saved)
-        result["extra_data"]["previous"] = summary(saved)
+        grading["previous"] = summary(saved)
+    result.setdefault("extra_data", {})["grading"] = grading
     atomic_write(out, json.dumps(result, indent=1))
     return result, how
 
@@ -107,7 +109,7 @@ def keep(out, saved):
     """The replaced result, whole, in the history: .history/<name>/<when it was graded>.json."""
     folder = out.parent / HISTORY / out.stem  # secA/alice's beside it: secA/.history/alice
     folder.mkdir(parents=True, exist_ok=True)
-    when = (saved.get("extra_data", {}).get("graded_at") or "before-history").replace(":", "")
+    when = (graded_at(saved) or "before-history").replace(":", "")
     path, n = folder / f"{when}.json", 1
     while path.exists():
         n += 1
@@ -116,32 +118,41 @@ def keep(out, saved):
 
 
 def summary(result):
-    """What a regrade compares: the score, each item's, when and by which grading."""
+    """What a regrade compares: the score, each item's, when and by which grading (its identity)."""
     items = {}
     for test in result.get("tests", []):
         items[test["item"]] = round(items.get(test["item"], 0.0) + test["score"], 4)
-    extra = result.get("extra_data", {})
+    grading = {k: v for k, v in (result.get("extra_data", {}).get("grading") or {}).items() if k != "previous"}
     return {"score": result.get("score"), "max_score": result.get("max_score"), "items": items,
-            "graded_at": extra.get("graded_at"), "grading": extra.get("grading")}
+            "graded_at": graded_at(result), "grading": grading}
 
 
-def record_submission_times(rows, times, results_dir=None):
-    """Each scored result of `rows` ((name, result)) given its submission time (`times`: name -> aware time or None)
-    as extra_data.submitted_at, and so saved in the results folder: the raw score stays as graded, and the final
-    score is computed from it and the time whenever it is read (reports/final_grade.py)."""
+def graded_at(result):
+    """When a result was stored in the folder (None for one stored before the folder kept it)."""
+    return (result.get("extra_data", {}).get("grading") or {}).get("graded_at")
+
+
+def previous(result):
+    """The summary of the grading `result` replaced in its folder, or None."""
+    return (result.get("extra_data", {}).get("grading") or {}).get("previous")
+
+
+def record_submission_times(rows, times, results_dir):
+    """Each scored result of `rows` ((name, result)) saved in the results folder given its submission time (`times`:
+    name -> aware time or None) as extra_data.grading.submitted_at: the raw score stays as graded, and the final score
+    is computed from it and the time whenever it is read (reports/final_grade.py)."""
     from autograder.course.submission_times import iso
     for name, result in rows:
-        if result.get("extra_data", {}).get("grader_error"):
+        grading = result.get("extra_data", {}).get("grading")
+        if grading is None:  # a grader failure: not saved
             continue
-        result["extra_data"]["submitted_at"] = iso(times.get(name))
-        if results_dir is None:
-            continue
-        out = result_path(results_dir, name)
-        with result_lock(lock_path(out)):
-            saved = read_result(out)
-            if saved and saved.get("extra_data", {}).get("grading") == result["extra_data"].get("grading"):
-                saved["extra_data"]["submitted_at"] = result["extra_data"]["submitted_at"]
-                atomic_write(out, json.dumps(saved, indent=1))
+        grading["submitted_at"] = iso(times.get(name))
+        with claimed(results_dir, name) as entry:
+            saved = entry.saved
+            if saved and {k: v for k, v in saved["extra_data"]["grading"].items() if k != "submitted_at"} == \
+                    {k: v for k, v in grading.items() if k != "submitted_at"}:
+                saved["extra_data"]["grading"]["submitted_at"] = grading["submitted_at"]
+                atomic_write(entry.out, json.dumps(saved, indent=1))
 
 
 def read_result(path):

@@ -42,8 +42,7 @@ def class_grades(rows_by_aid, say):
     know: a second notebook of one student, written answers still pending."""
     from autograder.course.config import load_course
     from autograder.course.extensions import read_extensions
-    from autograder.course.submission_times import from_iso
-    from autograder.reports.final_grade import final_grade
+    from autograder.reports.final_grade import final_grade, submitted_at
     from autograder.reports.written import written_grades
     course, extensions = load_course(), read_extensions()
     out = {}
@@ -62,9 +61,8 @@ def class_grades(rows_by_aid, say):
                 f"{', ...' if len(pending) > 8 else ''}): counted 0 here; grade them in formgrader and export again")
         out[aid] = {}
         for student, (_, result) in by_student.items():
-            submitted = from_iso(result.get("extra_data", {}).get("submitted_at"))
-            out[aid][student] = Grade(result, final_grade(course, aid, student, result["score"], submitted,
-                                                          extensions), written.get(student))
+            out[aid][student] = Grade(result, final_grade(course, aid, student, result["score"],
+                                                          submitted_at(result), extensions), written.get(student))
     return out
 
 

@@ -1,7 +1,7 @@
 """What a regrade changed: exactly the submissions whose score moved, old and new, per item, and why.
 
 A result graded into a results folder that held an earlier grading of the same submission carries that grading's
-summary (batch/results.py: `extra_data.previous`); the earlier result itself stays in the folder's history.
+summary (batch/results.py: `extra_data.grading.previous`); the earlier result itself stays in the folder's history.
 `course grade --results-dir` prints the moves and appends them to the folder's changes.csv, so nobody's grade
 changes silently.
 """
@@ -9,6 +9,8 @@ import csv
 from pathlib import Path
 from typing import NamedTuple
 
+from autograder.batch.results import graded_at
+from autograder.batch.results import previous as previous_of
 from autograder.reports.tables import as_cell, item_summary, score_text
 
 CHANGES = "changes.csv"
@@ -44,7 +46,7 @@ def changes(rows):
     out = []
     for name, result in rows:
         extra = result.get("extra_data", {})
-        previous = extra.get("previous")
+        previous = previous_of(result)
         if not previous or extra.get("grader_error"):
             continue
         now = {item: score for item, (score, _, _) in item_summary(result).items()}
@@ -53,7 +55,7 @@ def changes(rows):
                  if round(previous["items"].get(item, 0.0) - now.get(item, 0.0), 4)}
         if moved or round((previous.get("score") or 0) - result["score"], 4):
             out.append(Change(name, previous.get("score") or 0.0, result["score"], moved,
-                              why(previous.get("grading"), extra.get("grading")), extra.get("graded_at") or ""))
+                              why(previous.get("grading"), extra.get("grading")), graded_at(result) or ""))
     return out
 
 
