@@ -149,8 +149,9 @@ def record_submission_times(rows, times, results_dir):
         grading["submitted_at"] = iso(times.get(name))
         with claimed(results_dir, name) as entry:
             saved = entry.saved
-            if saved and {k: v for k, v in saved["extra_data"]["grading"].items() if k != "submitted_at"} == \
-                    {k: v for k, v in grading.items() if k != "submitted_at"}:
+            same = saved and {k: v for k, v in saved["extra_data"]["grading"].items() if k != "submitted_at"} == \
+                {k: v for k, v in grading.items() if k != "submitted_at"}
+            if same and saved["extra_data"]["grading"].get("submitted_at") != grading["submitted_at"]:
                 saved["extra_data"]["grading"]["submitted_at"] = grading["submitted_at"]
                 atomic_write(entry.out, json.dumps(saved, indent=1))
 
