@@ -44,6 +44,20 @@ def test_changing_any_input_changes_the_key(field, other):
     assert experiment_key({**inputs, field: other}) != experiment_key(inputs)
 
 
+def test_a_thresholds_min_reaches_the_key_and_its_max_does_not():
+    """A `min` also stops training (harness/training.py pass_marks): a new one trains again. A `max` only judges the
+    figures, which a cached run has judged again by the new bound: changing it retrains nothing."""
+    from autograder.course.config import Bound
+    base = experiment_key(experiment_inputs(code(), AID, EXP, 0, "cpu", 3))
+    judged = EXP.model_copy(update={"threshold": {"test_mse": Bound(max=0.001)}})
+    stops = COURSE.assignment("lab14_transformers").experiments["memory_task"]
+    raised = stops.model_copy(update={"threshold": {"test_accuracy": Bound(min=0.999)}})
+    assert EXP.threshold["test_mse"].max != 0.001 and experiment_key(experiment_inputs(code(), AID, judged, 0, "cpu",
+                                                                                       3)) == base
+    assert experiment_key(experiment_inputs(code(), "lab14_transformers", raised, 0, "cpu", 3)) != experiment_key(
+        experiment_inputs(code(), "lab14_transformers", stops, 0, "cpu", 3))
+
+
 def test_the_sandbox_threads_and_the_code_reach_the_key():
     base = experiment_key(experiment_inputs(code(), AID, EXP, 0, "cpu", 3))
     assert experiment_key(experiment_inputs(code(), AID, EXP, 0, "cpu", 4)) != base

@@ -9,7 +9,7 @@ import yaml
 
 from autograder.batch.results import history
 from autograder.cli import main
-from autograder.course.config import ROOT
+from autograder.course.config import ROOT, load_course
 from tests.test_batch import notebook
 
 pytestmark = pytest.mark.grading
@@ -51,3 +51,38 @@ def test_a_regrade_after_a_points_change_lists_exactly_whose_grade_moved_and_kee
     assert "moved" not in capsys.readouterr().out
     with open(results / "changes.csv") as f:
         assert len(list(csv.DictReader(f))) == 1
+
+
+def test_new_points_or_a_new_max_threshold_regrade_from_the_cached_figures_and_train_nothing(
+        tmp_path, capsys, monkeypatch):
+    """An experiment's points, and a `max` bound (it only judges the figures), are not in the key of its cached runs
+    (grading/experiments.py): the regrade re-judges the figures it has and trains nothing."""
+    import nbformat
+
+    from autograder.grading import experiments
+    from autograder.notebooks.examples import examples
+    aid, item, exp = "w8l1_attention_vision", "AutoEncoder", "ae_mnist"
+    subs, results = tmp_path / "subs", tmp_path / "graded"
+    (subs / "alice").mkdir(parents=True)
+    nbformat.write(examples(aid)["complete"], subs / "alice" / f"{aid}.ipynb")
+    args = ["grade", str(subs), "-a", aid, "--items", item, "--device", "cpu", "--results-dir", str(results)]
+    assert main(args) == 0  # trains ae_mnist, or finds it in the training cache
+    capsys.readouterr()
+    trained = []
+    monkeypatch.setattr(experiments, "_train_and_evaluate", lambda *a, **k: trained.append(a) or (None, ["no"]))
+
+    raw = yaml.safe_load((ROOT / "course.yaml").read_text())
+    raw["data"]["mnist_dir"] = str(load_course().mnist_dir)  # the same MNIST from the copy's folder: the same runs
+    checks = sum(raw["assignments"][aid]["items"][item]["points"].values())
+    points = raw["assignments"][aid]["experiments"][exp]["points"]
+    for step, (change, old, new) in enumerate((
+            (lambda e: e.update(points=points + 1), checks + points, checks + points + 1),
+            (lambda e: e["threshold"]["test_mse"].update(max=1e-6), checks + points + 1, checks))):
+        change(raw["assignments"][aid]["experiments"][exp])
+        config = tmp_path / f"course-{step}.yaml"  # a file of its own: a course.yaml is read once per path
+        config.write_text(yaml.safe_dump(raw, sort_keys=False))
+        monkeypatch.setenv("COURSE_CONFIG", str(config))
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert re.search(rf"alice: {old:g} -> {new:g} \({item} {old:g} -> {new:g}\)", out), out[-2000:]
+    assert trained == [], "a regrade after new points or a new max bound trained an experiment"

@@ -149,6 +149,14 @@ class Experiment(Strict):
                 "threshold": {k: b.model_dump() for k, b in self.threshold.items()}, "lecture": dict(self.lecture),
                 "hopeless": dict(self._hopeless)}
 
+    @property
+    def run_cfg(self) -> dict[str, Any]:
+        """cfg as far as it can change a run, for the keys of cached runs: a threshold's `min` also stops training
+        (harness/training.py pass_marks), a `max` only judges the figures, which a cached run has judged again."""
+        cfg = self.cfg
+        cfg["threshold"] = {k: {"min": b["min"]} for k, b in cfg["threshold"].items() if b["min"] is not None}
+        return cfg
+
     def failures(self, metrics: dict[str, float]) -> list[str]:
         """The thresholds these metrics miss, each as a readable sentence."""
         out = []

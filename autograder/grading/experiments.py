@@ -164,7 +164,7 @@ def _reference_training(aid, name, seed, device, ref):
 
 def _reference_identity(aid, exp, seed, device):
     """What a reference run's trained state depends on (experiment_inputs, with the solution for the cells)."""
-    return experiment_key({"reference": solution_fingerprint(aid), "code": experiment_code(aid), "cfg": exp.cfg,
+    return experiment_key({"reference": solution_fingerprint(aid), "code": experiment_code(aid), "cfg": exp.run_cfg,
                            "name": exp.name, "seed": seed, "device": device, "threads": torch.get_num_threads(),
                            "data": data_source_of(aid)})
 
@@ -192,7 +192,7 @@ def curve_key(aid, exp, seed, device, data=None):
     """The cache key of the reference's curve: everything that changes it. `data`: the data source as named where
     the curve will be read (the Gradescope zip's MNIST folder), when not this process's (data_source_of)."""
     return experiment_key({"reference curve": exp.name, "code": experiment_code(aid),
-                           "solutions": solution_fingerprint(aid), "cfg": exp.cfg, "seed": seed, "device": device,
+                           "solutions": solution_fingerprint(aid), "cfg": exp.run_cfg, "seed": seed, "device": device,
                            "libraries": curve_libraries(), "data": data_source_of(aid) if data is None else data,
                            "threads": CURVE_THREADS})
 
@@ -264,7 +264,7 @@ def experiment_inputs(code, aid, exp, seed, device, threads, watched=None, packa
     scoring.tripwire_table). `package`: the grader's folder whose code counts (tests pass a copy)."""
     data = data_source_of(aid)
     return {"cells": [[c.grade_id, fingerprint(c.source)] for c in code.cells], "code": experiment_code(aid, package),
-            "solutions": solution_fingerprint(aid), "cfg": exp.cfg,
+            "solutions": solution_fingerprint(aid), "cfg": exp.run_cfg,
             "seed": seed, "device": device, "libraries": libraries(), "data": data,
             "threads": threads,  # the sandbox's: a worker's share, or one grading's (grader_side.Sandbox)
             "watched": watched}
