@@ -25,9 +25,15 @@ def export_grades(results_dirs, roster_path, lms, output, moodle_key="email"):
     if not rows:
         raise ConfigError(f"no results in {', '.join(map(str, results_dirs))} (what `course grade --results-dir` "
                           f"writes)")
-    unknown = sorted(set(by_assignment(rows)) - set(load_course().assignments))
+    unknown = sorted(set(by_assignment(rows)) - set(load_course().assignments))  # before reading their points
     if unknown:
         raise ConfigError(f"results of {', '.join(unknown)}, which course.yaml does not have")
+    course = load_course()
+    partial = sorted(name for name, r in rows
+                     if r["max_score"] < course.assignment(r["extra_data"]["assignment"]).total_points)
+    if partial:  # an --items result's score is not the assignment's grade
+        raise ConfigError(f"graded on some items only (course grade --items): {', '.join(partial)}; grade them "
+                          f"whole into the same folder first (nothing was written)")
     missing = sorted({student_of(name) for name, _ in rows} - {r["student"] for r in roster})
     if missing:  # never a file that silently lacks someone who submitted
         raise ConfigError(f"{roster_path}: no row for {len(missing)} students with results: {', '.join(missing)}; "

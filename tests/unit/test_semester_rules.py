@@ -283,3 +283,16 @@ def test_a_timestamp_that_does_not_parse_stops_course_grade_before_it_grades_any
     err = capsys.readouterr().err.strip()
     assert str(folder / "timestamp.txt") in err and "is not a time" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "graded").exists()
+
+
+def test_a_result_of_some_items_only_is_no_grade_to_export(course_folder, tmp_path, capsys):
+    graded = results_folder(tmp_path / "graded" / AID, {"alice": 5}, {})
+    partial = json.loads((graded / "alice.json").read_text())
+    partial["max_score"] = 5.0  # as `course grade --items scaled_dot_product_attention` saves it
+    (graded / "alice.json").write_text(json.dumps(partial))
+    (tmp_path / "roster.csv").write_text("student,email\nalice,a@x.edu\n")
+    out = tmp_path / "moodle.csv"
+    assert main(["export", "grades", str(graded.parent), "--roster", str(tmp_path / "roster.csv"), "--lms", "moodle",
+                 "-o", str(out)]) == 2
+    assert "graded on some items only (course grade --items): lab14_transformers/alice" in capsys.readouterr().err
+    assert not out.exists()
