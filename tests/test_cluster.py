@@ -106,13 +106,15 @@ def test_grading_through_a_running_dask_cluster_gives_the_same_scores_and_csv(se
 
 @pytest.mark.slow
 def test_a_killed_worker_loses_and_doubles_nothing_and_a_worker_killer_is_a_grader_error(serial, tmp_path):
-    """One worker dies two seconds into grading `complete`: Dask runs it again elsewhere, and `complete` ends with
-    one result, the undisturbed score. Every worker that starts `poison` dies: after allowed-failures (2 here) it
-    is a grader error with no score, and the others are graded. Two, not one: at 1, one fresh-clone CI run in three
-    (2026-12-05, two loaded cores) ended `complete` as a grader error too, Dask reporting it dead on two workers
-    while `poison` was killing them; one death beside `poison`'s must not blame it."""
+    """One worker dies a quarter of a second into grading `complete`: Dask runs it again elsewhere, and `complete`
+    ends with one result, the undisturbed score. Every worker grading `poison` dies a second into it: after
+    allowed-failures (2 here) it is a grader error with no score, and the others are graded; a grading that was
+    only waiting on a dying worker is submitted again (scheduler.py's _innocent_bystander), never blamed."""
     subs, csv, results = serial
-    shutil.copytree(subs / "complete", subs.parent / "with_poison" / "poison")
+    poison = solved_sources(AID)  # complete, but still running a minute into its grading: the killer's target
+    poison[ITEM] = f"import time\ntime.sleep(60)\n{poison[ITEM]}"
+    (subs.parent / "with_poison" / "poison").mkdir(parents=True)
+    nbformat.write(with_cells(release_notebook(AID), poison), subs.parent / "with_poison" / "poison" / f"{AID}.ipynb")
     for name in ("complete", "empty", "wrong"):
         shutil.copytree(subs / name, subs.parent / "with_poison" / name)
     cluster = DaskCluster(tmp_path, preload=Path(__file__).with_name("dask_killer.py"),
