@@ -1,5 +1,5 @@
-"""The `course` command: one verb per job over the shared core (grade, report, solve, sync, release, export,
-experiments, formgrader, demo, doctor)."""
+"""The `course` command: one verb per job over the shared core (grade, regrade, report, solve, sync, release,
+export, extend, experiments, formgrader, demo, doctor)."""
 import argparse
 import atexit
 import contextlib
@@ -43,7 +43,19 @@ def progress_reporter(total):
     yield progress
 
 
-def cmd_grade(args):
+def cmd_regrade(args):
+    """`course grade` of the notebooks a results folder's results name, into that folder (results/saved_sources)."""
+    from autograder.batch.results import saved_sources
+    subs, missing = saved_sources(args.results_dir, args.assignment)
+    for name, source in missing:
+        print(f"{name}: its notebook {source} is gone; its saved result is kept as it is", file=sys.stderr)
+    if not subs:
+        raise ConfigError(f"{args.results_dir}: no result of {args.assignment} names a notebook that is still there")
+    return cmd_grade(args, subs)
+
+
+def cmd_grade(args, subs=None):
+    """`course grade`: `subs` ((name, notebook)) when the caller found them (regrade), else args.paths'."""
     if args.allow_unisolated:  # read by the sandbox, in this process and in batch workers alike
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
@@ -63,7 +75,7 @@ def cmd_grade(args):
         raise ConfigError(f"--items: {', '.join(unknown)} not in {args.assignment} "
                           f"(known: {', '.join(assignment.items)})")
     released_notebook(args.assignment)  # a missing release is one clear error, not a grader failure per notebook
-    subs = find_submissions(args.paths, args.assignment)
+    subs = subs or find_submissions(args.paths, args.assignment)
     times = submission_times(subs, args.submitted_at)  # a time that does not parse stops here, before any grading
     if args.workers <= 1 and not (args.scheduler or args.cluster):
         from autograder.batch.worker import start_zygote
@@ -106,10 +118,13 @@ def cmd_grade(args):
     print(grade_table(rows, shown, {i: assignment.item_points(i) for i in shown}, marks=marks, columns=columns,
                       notes=notes))
     if marks:
-        counts = ", ".join(f"{sum(got == k for got in how.values())} {k}" for k in ("graded", "reused", "merged"))
+        kinds = ("graded", "reused", "rescored", "merged")
+        counts = ", ".join(f"{sum(got == k for got in how.values())} {k}" for k in kinds)
         print("\n" + textwrap.fill(f"{counts}. reused: the result saved in {args.results_dir} by the same grading "
-                                   f"(assignment, notebook content, items, grader); merged: the items asked for "
-                                   f"regraded into the saved result, whose total is shown.", 120))
+                                   f"(assignment, notebook content, items, grader); rescored: only course.yaml's "
+                                   f"points moved since, so the saved checks' outcomes were scored again, running "
+                                   f"nothing; merged: the items asked for regraded into the saved result, whose "
+                                   f"total is shown.", 120))
     moved = changes([(n, r) for n, r in rows if how.get(n) != "reused"]) if args.results_dir else []
     if moved:
         print(f"\nwhose grade moved since its last grading ({len(moved)}; the earlier results are in "
@@ -283,16 +298,8 @@ def add_debug(parser):
                              "the failure's line names)")
 
 
-def build_parser():
-    """The `course` command's parser: a subparser per verb, each option with its help line."""
-    parser = argparse.ArgumentParser(prog="course", description=__doc__)
-    parser.add_argument("--course", metavar="DIR", help="the course folder (course.yaml, release/, assignments/): "
-                        "default $COURSE_ROOT, else the nearest folder at or above the working folder with course.yaml")
-    sub = parser.add_subparsers(dest="verb", required=True)
-
-    g = sub.add_parser("grade", help="grade submitted notebooks with the isolated grader")
-    g.add_argument("paths", nargs="+", metavar="NOTEBOOK_OR_DIR",
-                   help="notebooks, or folders searched for them (a folder's first level names the student)")
+def add_grading_options(g):
+    """The options `course grade` and `course regrade` share."""
     g.add_argument("--assignment", "-a", required=True,
                    help="the assignment's id in course.yaml, e.g. lab14_transformers")
     g.add_argument("--items", help="comma-separated items to (re)grade; default all")
@@ -307,16 +314,36 @@ def build_parser():
     g.add_argument("--gpus-per-job", type=int, default=0, help="--cluster's GPUs per job: one worker per GPU")
     g.add_argument("--json", help="write results.json (one notebook) or a JSON list (several)")
     g.add_argument("--csv", help="write one row per submission")
-    g.add_argument("--results-dir", help="save each result here as it finishes; a rerun reuses a saved result only "
-                   "when it is the same grading (assignment, notebook content, items, grader), and an --items run "
-                   "regrades those items into the saved result")
     g.add_argument("--submitted-at", metavar="CSV", help="submission times, a CSV of submission,submitted_at (ISO "
                    "8601); default: nbgrader's timestamp.txt beside each notebook, else none (on time)")
     g.add_argument("--reasons", type=int, default=4, help="lost-point reasons shown per submission")
     g.add_argument("--allow-unisolated", action="store_true",
                    help="grade even where the sandbox can isolate nothing (a trusted class only)")
     add_debug(g)
+
+
+def build_parser():
+    """The `course` command's parser: a subparser per verb, each option with its help line."""
+    parser = argparse.ArgumentParser(prog="course", description=__doc__)
+    parser.add_argument("--course", metavar="DIR", help="the course folder (course.yaml, release/, assignments/): "
+                        "default $COURSE_ROOT, else the nearest folder at or above the working folder with course.yaml")
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    g = sub.add_parser("grade", help="grade submitted notebooks with the isolated grader")
+    g.add_argument("paths", nargs="+", metavar="NOTEBOOK_OR_DIR",
+                   help="notebooks, or folders searched for them (a folder's first level names the student)")
+    add_grading_options(g)
+    g.add_argument("--results-dir", help="save each result here as it finishes; a rerun reuses a saved result only "
+                   "when it is the same grading (assignment, notebook content, items, grader), rescores it when only "
+                   "course.yaml's points moved, and an --items run regrades those items into the saved result")
     g.set_defaults(run=cmd_grade)
+
+    g = sub.add_parser("regrade", help="grade a results folder's submissions again after a change (course.yaml, a "
+                                       "suite, a solution): only what the change touches, listing whose grade moved")
+    g.add_argument("results_dir", metavar="RESULTS_DIR", help="what `course grade --results-dir` wrote: each "
+                   "result names the notebook it graded")
+    add_grading_options(g)
+    g.set_defaults(run=cmd_regrade)
 
     s = sub.add_parser("report", help="the class's view as one HTML page, from a folder of results.json files")
     s.add_argument("results_dir", metavar="RESULTS_DIR", help="what `course grade --results-dir` wrote")

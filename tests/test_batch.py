@@ -227,7 +227,7 @@ def test_two_sections_with_an_alice_each_are_graded_and_shown_apart(tmp_path, ca
     out = capsys.readouterr().out
     assert {name: cells[-1] for name, cells in table_rows(out)} == {"secA/alice": "reused",
                                                                            "secB/alice": "reused"}
-    assert "0 graded, 2 reused, 0 merged" in out
+    assert "0 graded, 2 reused, 0 rescored, 0 merged" in out
 
 
 def test_a_notebook_graded_from_its_own_folder_is_named_after_it(tmp_path, monkeypatch):
@@ -269,7 +269,7 @@ if __name__ == "__main__":
 def test_the_coordinator_of_a_batch_imports_no_torch_and_its_workers_compute_the_grader_identity(tmp_path):
     """With --workers 2 the process that only dispatches imports neither torch nor pytest nor the grader (the
     workers grade, and compute the grader identity a results folder needs: the same as this process's)."""
-    from autograder.batch.run import grader_identity
+    from autograder.batch.identity import grader_identity
     for k in range(2):
         folder = tmp_path / "subs" / f"s{k}"
         folder.mkdir(parents=True)
@@ -377,7 +377,7 @@ def test_a_process_that_grades_under_two_course_files_has_the_identity_of_each(t
     """The grader identity a process keeps (identity_here: a worker grades many) is the course's it grades under:
     switching COURSE_CONFIG in the same process (a test, a long-lived worker) gives the other course's identity,
     the one a fresh process computes, not the first one's (a rerun would regrade what it should reuse)."""
-    from autograder.batch.run import grader_identity, identity_here
+    from autograder.batch.identity import grader_identity, identity_here
     first = identity_here(AID, "cpu")
     other = tmp_path / "course.yaml"
     other.write_text(Path(load_course().path).read_text().replace("\nseed: ", "\nseed: 1", 1))  # 8128 -> 18128

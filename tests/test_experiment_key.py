@@ -1,9 +1,9 @@
 """The experiment cache key and a saved result's identity: what a result depends on changes them, nothing else.
 
 An experiment's key covers its harness, the reference solution, its course.yaml section, the code its run executes
-(experiments.EXPERIMENT_CODE) and the library versions; a saved result's identity (batch.run.grader_identity) the
-grading code (experiments.GRADING_CODE, the suite, the harness). Code counts as it runs: a comment or a docstring
-edited keeps both, and so does any edit to a report, an integration or the CLI.
+(experiments.EXPERIMENT_CODE) and the library versions; a saved result's identity
+(batch.identity.grader_identity) the grading code (experiments.GRADING_CODE, the suite, the harness). Code counts as it
+runs: a comment or a docstring edited keeps both, and so does any edit to a report, an integration or the CLI.
 """
 import shutil
 from types import SimpleNamespace

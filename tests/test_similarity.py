@@ -190,7 +190,7 @@ def notebook_with(tmp_path, name, cells):
 def graded(tmp_path, monkeypatch):
     """A results folder as `course grade --results-dir` writes it (batch.grade_one; the grading itself replaced by
     a fixed result): alice, bob (alice's code renamed), carol (another solution), dave and erin (the stubs)."""
-    monkeypatch.setattr(batch, "_grade", lambda *a, **k: result(aid=AID))
+    monkeypatch.setattr(batch, "grade_submission", lambda *a, **k: result(aid=AID))
     for name, cells in {"alice": ALICE, "bob": BOB, "carol": CAROL, "dave": {}, "erin": REWORDED_STUBS,
                         "frank": REWORDED_STUBS}.items():
         notebook = notebook_with(tmp_path, name, cells)

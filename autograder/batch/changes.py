@@ -9,6 +9,7 @@ import csv
 from pathlib import Path
 from typing import NamedTuple
 
+from autograder.batch.identity import what_moved as why
 from autograder.batch.results import graded_at
 from autograder.batch.results import previous as previous_of
 from autograder.reports.tables import as_cell, item_summary, score_text
@@ -24,20 +25,6 @@ class Change(NamedTuple):
     items: dict      # item -> (old, new), the items whose points moved
     why: str
     graded_at: str
-
-
-def why(before, now):
-    """What differs between two gradings' identities (batch/results.py grading_identity)."""
-    before, now = before or {}, now or {}
-    reasons = []
-    if before.get("submission") != now.get("submission"):
-        reasons.append("the notebook changed")
-    if before.get("grader") != now.get("grader"):
-        reasons.append("the grader changed (its code, a solution, course.yaml, the release, a library, the device or "
-                       "the data)")
-    if before.get("items") != now.get("items"):
-        reasons.append("other items were graded")
-    return "; ".join(reasons) or "graded again with the same grader: a check's outcome differed"
 
 
 def changes(rows):

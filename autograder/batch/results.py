@@ -4,12 +4,14 @@
 parallel autograde read and write a submission's result only through `claimed(folder, name)`: under a lock, so that
 runs sharing a folder grade each submission once. A saved result is reused only when it is the same grading: the
 identity stored in its `extra_data.grading` (assignment, sha256 of the notebook's bytes, items requested,
-grader_identity) must equal this run's. An `--items` run into a folder holding the submission's full result by the
-same grader merges those items into it; anything else is graded afresh.
+grader_identity, batch/identity.py) must equal this run's; one whose grader differs in course.yaml's points alone is
+scored again from its saved checks, running nothing (batch/rescore.py). An `--items` run into a folder holding the
+submission's full result by the same grader merges those items into it; anything else is graded afresh.
 
 Nothing is overwritten: a result replaced by a new grading is kept in `.history/<name>/<graded_at>.json`, and the new
 result carries a summary of it (`extra_data.grading.previous`: when, by which grading, its score and each item's), so
-that a regrade says whose grade moved (batch/changes.py) and the history stays.
+that a regrade says whose grade moved (batch/changes.py) and the history stays; `extra_data.history` lists every
+grading it replaced (when, the score, why it was replaced), which the student's feedback page shows.
 """
 import fcntl
 import json
@@ -43,11 +45,23 @@ class Entry:
         """The saved result, or {} (none, unreadable, or not a result)."""
         return read_result(self.out)
 
-    def store(self, result, identity, items, notebook):
+    def store(self, result, identity, items, notebook, parts=None):
         """(result, how) after saving a fresh result: merged into the saved one for an --items run by the same
         grader, else replacing it, the saved one kept in the history; a grader failure is not saved (the next run
-        retries)."""
-        return stored(self.out, result, self.saved, identity, items, notebook)
+        retries). `parts`: the grader's (batch/identity.py), kept beside the identity."""
+        return stored(self.out, result, self.saved, identity, items, notebook, parts)
+
+    def without_grading(self, identity, parts, aid, notebook):
+        """(result, how) when the saved result serves without a sandbox: 'reused' when it is this grading,
+        'rescored' when only course.yaml's points moved since (batch/rescore.py; stored as a grading is, the
+        earlier result kept in the history); None when the submission is to be graded."""
+        from autograder.batch.rescore import rescorable, rescored
+        saved = self.saved
+        if same_grading(saved, identity):
+            return saved, "reused"
+        if rescorable(saved, identity, parts) and (result := rescored(saved, aid)) is not None:
+            return stored(self.out, result, saved, identity, None, notebook, parts)[0], "rescored"
+        return None
 
 
 def history(results_dir, name):
@@ -55,6 +69,24 @@ def history(results_dir, name):
     out = Path(results_dir) / f"{name}.json"
     folder = out.parent / HISTORY / out.stem
     return [r for p in sorted(folder.glob("*.json")) if (r := read_result(p))]
+
+
+def saved_sources(results_dir, aid):
+    """([(name, notebook)] to grade again, [(name, notebook)] gone): the notebook each of `aid`'s results in the
+    folder graded (its extra_data.grading.source), under the name it is saved as (secA/alice)."""
+    folder, found, gone = Path(results_dir), [], []
+    if not folder.is_dir():
+        from autograder.errors import ConfigError
+        raise ConfigError(f"{results_dir}: no such results folder")
+    for path in sorted(folder.rglob("*.json")):
+        if HISTORY in path.relative_to(folder).parts:
+            continue
+        grading = read_result(path).get("extra_data", {}).get("grading") or {}
+        if grading.get("assignment") != aid or not grading.get("source"):
+            continue
+        name = path.relative_to(folder).with_suffix("").as_posix()
+        (found if Path(grading["source"]).exists() else gone).append((name, Path(grading["source"])))
+    return found, gone
 
 
 def grading_identity(aid, submission, items, grader):
@@ -79,7 +111,7 @@ def same_grading(saved, identity):
     return bool(saved) and all(same.get(k, "") == identity[k] for k in identity)
 
 
-def stored(out, result, saved, identity, items, notebook):
+def stored(out, result, saved, identity, items, notebook, parts=None):
     """(result, how) after saving a fresh result at `out` (the caller holds its lock): merged into the saved one
     for an --items run by the same grader, else replacing it; a grader failure is not saved (the next run retries)."""
     if result.get("extra_data", {}).get("grader_error"):
@@ -97,12 +129,24 @@ def stored(out, result, saved, identity, items, notebook):
     # the folder's bookkeeping, beside the identity: where from, when, and the grading this one replaced
     grading = {**identity, "source": str(Path(notebook).resolve()),
                "graded_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    if parts:
+        grading["parts"] = parts
+    extra = result.setdefault("extra_data", {})
     if saved.get("tests"):  # kept, never overwritten: the history, and what the regrade changed
         keep(out, saved)
         grading["previous"] = summary(saved)
-    result.setdefault("extra_data", {})["grading"] = grading
+        extra["history"] = [*saved.get("extra_data", {}).get("history", []), replaced(saved, grading)]
+    extra["grading"] = grading
     atomic_write(out, json.dumps(result, indent=1))
     return result, how
+
+
+def replaced(saved, grading):
+    """The history's line for a result that `grading` replaced (the feedback page shows them): when, its score, why."""
+    from autograder.batch.identity import what_moved
+    before = saved.get("extra_data", {}).get("grading") or {}
+    return {"graded_at": graded_at(saved), "score": saved.get("score"), "max_score": saved.get("max_score"),
+            "why": what_moved(before, grading)}
 
 
 def keep(out, saved):

@@ -10,8 +10,6 @@ run in this process. The coordinator of several workers imports no torch, pytest
 A results folder (`--results-dir`) keeps each result the moment it is done, and gives back one saved by the same
 grading instead of grading again (batch/results.py, which every path writes through).
 """
-import hashlib
-import json
 import os
 import signal
 import tempfile
@@ -21,14 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from autograder.batch import worker
-from autograder.batch.results import claimed, grading_identity, same_grading
-from autograder.course.config import course_root, load_course
+from autograder.batch.identity import file_digest, identity_here, parts_here
+from autograder.batch.results import claimed, grading_identity
 from autograder.errors import setup_problem
-from autograder.grading.cache import libraries
 from autograder.sandbox.zygote import ZYGOTE, experiments_at_once, threads_per_worker
 
 WORKER_EXIT_SECONDS = 5  # an interrupted worker closes its sandbox and lock in well under this
-_identities = {}  # (assignment, device, course.yaml, course root) -> grader_identity, once per process
 
 
 def find_submissions(paths, aid):
@@ -115,56 +111,25 @@ def write_error_log(rows, folder=None):
     return Path(path)
 
 
-def grader_identity(aid, device="auto"):
-    """One hash of everything besides the submission that decides its grade, and nothing else: the grading code it
-    runs (experiments.grading_code: grading, the sandbox, the course's code, the suite, the harness; comments left
-    out; not reports, integrations, the apps or this batch's dispatching), the reference solution, the course's
-    configuration, the released setup cells, the library versions, the device and MNIST's source. The sandbox's
-    CPU thread count is left out: it is how the machine is shared (`--workers`), and a resumed batch may use
-    another."""
-    from autograder.grading.experiments import data_source_of, grading_code, resolve_device, solution_fingerprint
-    course = load_course()
-    released = course_root() / "release" / aid / f"{aid}.ipynb"
-    parts = {"code": grading_code(aid), "solutions": solution_fingerprint(aid),
-             "course": course.model_dump(mode="json", exclude={"path", "assignments"}),
-             "assignment": course.assignment(aid).model_dump(mode="json"),
-             "release": file_digest(released) if released.is_file() else "", "libraries": libraries(),
-             "device": device if device in ("cpu", "cuda") else resolve_device(course.device),
-             "data": data_source_of(aid)}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def identity_here(aid, device):
-    """This process's grader identity for (assignment, device), computed once per course (a worker grades many;
-    a process that grades under two course.yaml files, or two course folders, has one identity for each)."""
-    key = (aid, device, str(load_course().path), str(course_root()))
-    if key not in _identities:
-        _identities[key] = grader_identity(aid, device)
-    return _identities[key]
-
-
-def file_digest(path):
-    """sha256 of a file's bytes; '' for what is not a file (a folder without a notebook is graded as unreadable)."""
-    path = Path(path)
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
-
-
 def grade_one(name, notebook, aid, items, device, results_dir, threads=None, grader=None, at_once=1):
-    """(result, how): how is 'graded', 'reused' (the saved result is the same grading) or 'merged' (the items
-    regraded into the saved result); under a lock, so that runs sharing a results folder grade each once.
-    `threads`: each sandbox's CPU threads; `at_once`: the experiments trained side by side (zygote.py's
-    experiments_at_once)."""
+    """(result, how): how is 'graded', 'reused' (the saved result is the same grading), 'rescored' (only the points
+    moved: scored again from its saved checks) or 'merged' (the items regraded into the saved result); under a
+    lock, so that runs sharing a results folder grade each once. `threads`: each sandbox's CPU threads; `at_once`:
+    the experiments trained side by side (zygote.py's experiments_at_once)."""
     if results_dir is None:
-        return _grade(name, notebook, aid, items, device, threads, at_once), "graded"
+        return grade_submission(name, notebook, aid, items, device, threads, at_once), "graded"
+    parts = parts_here(aid, device) if grader is None else None  # a grader given by name: a test's, no parts
     identity = grading_identity(aid, file_digest(notebook), items, grader or identity_here(aid, device))
     with claimed(results_dir, name) as entry:
-        saved = entry.saved
-        if same_grading(saved, identity):
-            return saved, "reused"
-        return entry.store(_grade(name, notebook, aid, items, device, threads, at_once), identity, items, notebook)
+        found = entry.without_grading(identity, parts, aid, notebook)
+        if found is not None:
+            return found
+        result = grade_submission(name, notebook, aid, items, device, threads, at_once)
+        return entry.store(result, identity, items, notebook, parts)
 
 
-def _grade(name, notebook, aid, items, device, threads=None, at_once=1):
+def grade_submission(name, notebook, aid, items, device, threads=None, at_once=1):
+    """One notebook's result in this process, a grader failure on it reported as its result (never raised)."""
     from autograder.grading.grade import grade_notebook
     try:
         return grade_notebook(notebook, aid, items=items, device=device, threads=threads,

@@ -24,8 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.batch.results import claimed, grading_identity, same_grading
-from autograder.batch.run import failed_result, grade_batch, grader_identity
+from autograder.batch.identity import identity_here, parts_here
+from autograder.batch.results import claimed, grading_identity
+from autograder.batch.run import failed_result, grade_batch
 from autograder.errors import ConfigError
 
 KILLS_TO_BLAME = 2  # a grading that was running on two workers that both died kills workers: a grader error
@@ -135,7 +136,7 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
     """grade_batch's contract on a Dask cluster (module doc): saved results reused, the rest graded by tasks."""
     from autograder.batch.task import grade_bytes
     device = cluster_device(client, device)
-    grader = grader_identity(aid, device)
+    grader, parts = identity_here(aid, device), parts_here(aid, device)
     if results_dir is not None:
         results_dir = Path(results_dir)
         results_dir.mkdir(parents=True, exist_ok=True)
@@ -146,12 +147,12 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
         sha = hashlib.sha256(data).hexdigest() if data is not None else ""
         if results_dir is not None:
             with claimed(results_dir, name) as entry:
-                saved = entry.saved
-            if same_grading(saved, grading_identity(aid, sha, items, grader)):
-                results[name] = saved
+                found = entry.without_grading(grading_identity(aid, sha, items, grader), parts, aid, notebook)
+            if found is not None:
+                results[name] = found[0]
                 done += 1
                 if progress:
-                    progress(done, len(submissions), name, saved, "reused")
+                    progress(done, len(submissions), name, *found)
                 continue
         todo.append((name, notebook, data, sha))
     todo.reverse()  # popped from the end: in the order given
@@ -174,7 +175,8 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
                 result, how = _outcome(future, aid, name), "graded"
                 if results_dir is not None:
                     with claimed(results_dir, name) as entry:  # stored against what is saved now: another run
-                        result, how = entry.store(result, grading_identity(aid, sha, items, grader), items, notebook)
+                        result, how = entry.store(result, grading_identity(aid, sha, items, grader), items, notebook,
+                                                  parts)
                 results[name] = result
                 done += 1
                 if progress:

@@ -1,7 +1,7 @@
 """One grading task as a cluster worker runs it: notebook bytes in, a small JSON result out.
 
 A task carries the notebook's bytes, their sha256, the assignment and the coordinator's grader identity
-(autograder/batch/run.py grader_identity), never a path: the workers share no file system with the coordinator.
+(autograder/batch/identity.py grader_identity), never a path: the workers share no file system with the coordinator.
 A worker whose own grader identity differs (other code, solutions, course.yaml, torch or device) refuses the
 task rather than grade with other code. The worker only launches the per-submission sandbox, as `course grade`
 does; the student's code never runs in the worker's process.
@@ -105,7 +105,8 @@ def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
     are not the ones the coordinator hashed."""
     import socket
 
-    from autograder.batch.run import _grade, identity_here
+    from autograder.batch.identity import identity_here
+    from autograder.batch.run import grade_submission
     if notebook is not None and hashlib.sha256(notebook).hexdigest() != sha256:
         raise ValueError(f"{name}: the notebook's bytes arrived with sha256 {hashlib.sha256(notebook).hexdigest()}, "
                          f"the coordinator sent {sha256}")
@@ -122,7 +123,7 @@ def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
         path = Path(tmp) / filename
         if notebook is not None:
             path.write_bytes(notebook)
-        result = _grade(name, path, aid, items, device, worker_threads())
+        result = grade_submission(name, path, aid, items, device, worker_threads())
     return json.dumps(result)
 
 

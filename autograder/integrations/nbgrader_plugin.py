@@ -370,8 +370,8 @@ class TrustedGrade(NbGraderPreprocessor):
         if self.wait_for is not None:
             self.wait_for(aid, student)
 
+        from autograder.batch.identity import identity_here
         from autograder.batch.results import grading_identity, read_result, same_grading
-        from autograder.batch.run import identity_here
         saved = read_result(Path(self.results_dir) / f"{student}.json")
         grader = None
         if self.identity_of is not None:

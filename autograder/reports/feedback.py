@@ -1,4 +1,5 @@
-"""The course summary at the top of nbgrader's feedback page: items, reasons for lost points, experiments."""
+"""The course summary at the top of nbgrader's feedback page: items, reasons for lost points, experiments, and the
+earlier gradings of the notebook."""
 from markupsafe import Markup
 
 from autograder.reports.tables import experiment_figures, item_reasons, item_summary, metric_rows, render_html
@@ -17,4 +18,6 @@ def summary_html(result):
     experiments = [{**f, "metric_rows": metric_rows(f["metrics"], f["lecture"], f["threshold"])}
                    for f in experiment_figures(result)]
     # Markup: HTML already, so that a template with autoescape on would not escape it a second time
-    return Markup(render_html("feedback_summary.html.j2", output=output, rows=rows, experiments=experiments))
+    history = (result.get("extra_data") or {}).get("history") or []  # the gradings this one replaced (batch/results)
+    return Markup(render_html("feedback_summary.html.j2", output=output, rows=rows, experiments=experiments,
+                              history=history, score=result.get("score"), max_score=result.get("max_score")))

@@ -146,12 +146,12 @@ def test_a_pregraded_result_is_taken_under_the_workers_identity_or_this_processs
     import json
     from concurrent.futures.process import BrokenProcessPool
 
-    from autograder.batch import run
-    monkeypatch.setattr(run, "identity_here", lambda aid, device: "this grader")
+    from autograder.batch import identity, results
+    monkeypatch.setattr(identity, "identity_here", lambda aid, device: "this grader")
     nb = nbformat.read(fixture_path("release.ipynb"), as_version=4)
     sha = hashlib.sha256(nbformat.writes(nb).encode()).hexdigest()
-    saved = {**RESULT, "extra_data": {**RESULT["extra_data"], "grading": run.grading_identity("a1", sha, None,
-                                                                                                "this grader")}}
+    saved = {**RESULT, "extra_data": {**RESULT["extra_data"], "grading": results.grading_identity("a1", sha, None,
+                                                                                                    "this grader")}}
     (tmp_path / "bob.json").write_text(json.dumps(saved))
 
     def broken(aid, device):
