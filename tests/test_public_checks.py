@@ -149,3 +149,37 @@ def test_self_check_before_any_test_cell_and_checks_made_outside_a_cell_register
     capsys.readouterr()
     ns["self_check"]()
     assert capsys.readouterr().out.startswith("No test cell has run yet")
+
+
+def local_window(alpha, centre, D):
+    """A device slip: the positions are made on the CPU whatever alpha's device."""
+    pos = torch.arange(alpha.shape[-1])
+    keep = (pos - centre.unsqueeze(-1)).abs() <= D
+    return alpha * keep
+
+
+def test_the_device_check_names_the_line_that_made_a_cpu_tensor_and_passes_the_same_code_done_right(capsys):
+    """On a CPU, with no GPU: the inputs go to torch's meta device, and the CPU tensor the code made meets them."""
+    alpha, centre = torch.rand(2, 7), torch.tensor([1, 4])
+    chk = PublicChecks("local_attention", points=3)
+    local_window(alpha, centre, 1)  # the slip runs on the CPU
+    with pytest.raises(AssertionError) as failure:
+        chk.device("local_attention(alpha, centre, 1)", local_window, alpha, centre, 1)
+    message = str(failure.value)
+    assert "public check 1 failed: local_attention(alpha, centre, 1) with every input on the meta device" in message
+    assert "not on the expected device" in message, message
+    assert re.search(r"local_window\(\), line \d+: keep = \(pos - centre\.unsqueeze\(-1\)\)\.abs\(\) <= D",
+                     message), message
+
+    def fixed(alpha, centre, D):
+        pos = torch.arange(alpha.shape[-1], device=alpha.device)
+        return alpha * ((pos - centre.unsqueeze(-1)).abs() <= D)
+    chk.device("local_attention(alpha, centre, 1)", fixed, alpha, centre, 1)
+    with pytest.raises(AssertionError, match="output 0 on cpu"):  # an answer moved back to the CPU
+        chk.device("local_attention(alpha, centre, 1)", lambda *a: torch.zeros(2, 7), alpha, centre, 1)
+    block = torch.nn.BatchNorm1d(4)
+    block(torch.randn(5, 4)).sum().backward()
+    before = [t.clone() for t in (block.weight, block.weight.grad, block.running_mean)]
+    chk.device("BatchNorm1d(4)(x)", block, torch.randn(2, 4))  # a module goes to meta with its weights...
+    after = (block.weight, block.weight.grad, block.running_mean)  # ... and comes back with them, values and all
+    assert all(a.device.type == "cpu" and torch.equal(a, b) for a, b in zip(after, before, strict=True))

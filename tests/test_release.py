@@ -222,6 +222,28 @@ def test_the_release_runs_top_to_bottom_raising_only_not_implemented(tmp_path, a
     assert set(statuses.values()) == {"not started"}, statuses
 
 
+@pytest.mark.parametrize("aid", AIDS)
+def test_a_tensor_made_on_the_cpu_fails_its_items_public_device_check_on_a_cpu(tmp_path, aid):
+    """The assignment's planted device slip (tests/planted DEVICE_SLIPS) in the solved notebook, run in a kernel on
+    this CPU-only machine up to the item's test cell: that cell, and only it, fails, in its device check, with the
+    lines the CPU tensor went through."""
+    from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
+    from tests.planted import planted_module, variant_source
+    (item, slips), = planted_module(aid).DEVICE_SLIPS.items()
+    (variant, _), = slips.values()
+    nb = with_cells(release_notebook(aid), {**solved_sources(aid), item: variant_source(aid, item, variant)})
+    test_cell = next(k for k, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == f"test_{item}")
+    nb.cells = nb.cells[:test_cell + 1]
+    nbformat.write(nb, tmp_path / f"{aid}.ipynb")
+    executed = execute(tmp_path / f"{aid}.ipynb", timeout=600, allow_errors=True, quick=True)
+    errors = [(k, o["ename"], o["evalue"]) for k, c in enumerate(executed.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert [(k, name) for k, name, _ in errors] == [(test_cell, "AssertionError")], errors
+    message = errors[0][2]
+    assert re.match(rf"{item}: public check \d+ failed: .* with every input on the meta device", message), message
+    assert "not on the expected device" in message and re.search(r"through: +\S+\(\), line \d+: ", message), message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("aid", AIDS)
 def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, graded_solutions, aid):

@@ -1,5 +1,6 @@
-"""Planted mistakes on CUDA: every planted wrong variant still loses points on its item and every correct
-alternative keeps full marks when the student's code runs on the GPU (where tolerances are looser for TF32).
+"""Planted mistakes on a GPU grader: every planted wrong variant still loses points on its item and every correct
+alternative keeps full marks with `--device cuda` (the checks run on the CPU there too, with the shapes checks' meta
+run, grading/device_check.py; this says that a GPU grader changes nothing about them).
 
 For a machine with a GPU, not CI: `python tools/device_planted.py [--device cuda]` (see tools/device_check.sh).
 Prints one line per planted variant and exits 1 if any was misjudged.

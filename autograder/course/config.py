@@ -114,6 +114,9 @@ class Item(Strict):
     checked_with: list[str] = []
     points: dict[Literal["exists", "shapes", "values", "gradients", "properties"], float]
     limits: LimitOverrides = LimitOverrides()
+    # its shapes check runs again with every input on torch's meta device (grading/device_check.py); false, with the
+    # reason in a comment, for an item whose reference cannot run there
+    device_check: bool = True
 
     @field_validator("points")
     @classmethod

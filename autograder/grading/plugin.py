@@ -27,6 +27,7 @@ from autograder.grading.ahead import Experiments
 from autograder.grading.cache import atomic_write
 from autograder.grading.checks import Fail, check_signature
 from autograder.grading.dependencies import uses
+from autograder.grading.device_check import CHECKS_DEVICE, DeviceCheck, placement
 from autograder.grading.experiments import harness_sources, reference_parts, resolve_device
 from autograder.grading.regrade import Regrades, regrade_experiment
 from autograder.grading.scoring import (
@@ -103,20 +104,15 @@ def grading_of(config):
 
 @pytest.fixture
 def student(request: pytest.FixtureRequest) -> Student:
-    """The submission's code seen from the grader (autograder.grading.student.Student), bound to this test's item."""
-    return grading_of(request.config).student_for(request.node)
+    """The submission's code seen from the grader (autograder.grading.student.Student), bound to this test's item,
+    on the CPU or, in a shapes check's second run, on meta (device_check.py)."""
+    return grading_of(request.config).student_for(request.node, placement(request))
 
 
 @pytest.fixture
 def rng(student: Student) -> torch.Generator:
     """This check's own generator, seeded per course seed, item and kind: draw every input from it."""
     return torch.Generator().manual_seed(student.seed)
-
-
-@pytest.fixture
-def device(request: pytest.FixtureRequest) -> str:
-    """Where the student's code runs: 'cpu' or 'cuda'."""
-    return grading_of(request.config).device
 
 
 @pytest.fixture
@@ -177,6 +173,7 @@ class Grading:
         self.regrades = Regrades(self)
         config.pluginmanager.register(self.regrades, "course-regrades")
         config.pluginmanager.register(self.experiments, "course-experiments")
+        config.pluginmanager.register(DeviceCheck(), "course-device-check")
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
 
@@ -299,12 +296,12 @@ class Grading:
             self.states[item] = ItemState(problem or zero_reason(item, hit, False), hit, deadline)
         return self.states[item]
 
-    def student_for(self, test):
-        """A Student for this test: its item's deadline and oracle tripwire, its (item, kind)'s seed."""
+    def student_for(self, test, device=CHECKS_DEVICE):
+        """A Student for this test on `device`: its item's deadline and oracle tripwire, its (item, kind)'s seed."""
         item, kind = check_of(test)
         spec, state = self.assignment.items[item], self.state_of(item)
         limits = self.course.limits_for(self.aid, item)
-        student = Student(self.sandbox, item, self.device, state.deadline, watch=spec.from_scratch,
+        student = Student(self.sandbox, item, device, state.deadline, watch=spec.from_scratch,
                           limit_s=limits.item_seconds, tripwire=tripwire_table(self.course, self.assignment))
         student.search_s = limits.search_seconds
         student.seed = seed_for(self.course.seed, self.aid, item, kind)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autograder.grading.checks import Fail
+from autograder.grading.device_check import ON_OTHER_DEVICE, OTHER_DEVICE
 from autograder.sandbox.protocol import DICT, LIST, Remote, SandboxFailure, to_student
 
 
@@ -28,8 +29,8 @@ class Student:
         self.seed = 0
 
     def case(self, label: str) -> None:
-        """Name the case being checked; failure messages end with it."""
-        self.label = label
+        """Name the case being checked; failure messages end with it (and, on meta, say why meta)."""
+        self.label = label if self.device != OTHER_DEVICE else f"{label}; {ON_OTHER_DEVICE}"
 
     def _left(self):
         left = self.deadline - time.monotonic()

@@ -116,9 +116,63 @@ class PublicChecks:
         self.check(ok, what, f'max |difference| <= {atol:g}' + (f' + {rtol:g} |reference|' if rtol else ''),
                    f'{max_diff(g, r):.3g}', hint='' if ok else known_mistake(got, mistakes, atol))
 
+    def device(self, what, fn, *args, **kwargs):
+        """fn(*args, **kwargs) with every tensor argument, and fn's own weights when it is a module, on torch's meta
+        device: a GPU's stand-in that every machine has. A tensor the code makes on the CPU meets a meta one and
+        raises, as it would on Colab's GPU; every tensor that comes back must be on meta too. Meta tensors have no
+        values: this checks devices only (and the hidden shapes check does the same, on every grader)."""
+        what = f"{what} with every input on the meta device (a GPU's stand-in)"
+        meta = lambda v: v.to('meta') if torch.is_tensor(v) else v  # noqa: E731 -- one line, used twice
+        try:
+            with on_meta(fn):
+                out = fn(*map(meta, args), **{k: meta(v) for k, v in kwargs.items()})
+        except RuntimeError as e:
+            if 'device' not in str(e):  # an op meta cannot run, or one that reads values: no verdict on devices
+                print(f'  --  {what}: not checkable there ({str(e).splitlines()[0][:80]})')
+                return
+            self.check(False, what, "every tensor made on the inputs' device (device=x.device)",
+                       f'{str(e).splitlines()[0]}\n    through:  {where_made(e)}',
+                       hint='torch.arange, torch.zeros, torch.ones, torch.tensor, torch.triu(...) and causal_mask '
+                            'make their tensor on the CPU unless given device=')
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        off = [f'output {k} on {t.device}' for k, t in enumerate(outs)
+               if torch.is_tensor(t) and t.device.type != 'meta']
+        self.check(not off, what, 'every output on meta, the inputs\' device', ', '.join(off))
+
     def done(self):
         print(f'{self.item}: public checks passed ({self.passed}/{self.passed}); '
               f'{self.note} worth {self.points:g} points run at grading')
+
+
+@contextlib.contextmanager
+def on_meta(fn):
+    """A module's parameters, gradients and buffers on meta while the block runs, then its own again (a module
+    that caches a forward's tensors cannot be deep-copied)."""
+    if not isinstance(fn, torch.nn.Module):
+        yield
+        return
+    # torch replaces each parameter and buffer with a new meta one: the originals go back in their places
+    kept = [(m._parameters, name, t) for m in fn.modules() for name, t in m._parameters.items() if t is not None]
+    kept += [(m._buffers, name, t) for m in fn.modules() for name, t in m._buffers.items() if t is not None]
+    try:
+        fn.to('meta')
+        yield
+    finally:
+        for place, name, t in kept:
+            place[name] = t
+
+
+def where_made(error):
+    """The student's lines an error went through, outermost first (at most the last four): the functions outside
+    torch and this helper, each as `name(), line N: code`."""
+    lines, tb = [], error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if '/torch/' not in code.co_filename.replace('\\', '/') and code is not PublicChecks.device.__code__:
+            text = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+            lines.append(f"{getattr(code, 'co_qualname', code.co_name)}(), line {tb.tb_lineno}: {text}")
+        tb = tb.tb_next
+    return '\n              '.join(lines[-4:]) or 'inside torch'
 
 
 def raised_in(error):

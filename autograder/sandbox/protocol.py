@@ -101,7 +101,10 @@ def header(line: bytes | str) -> tuple[dict[str, Any], int]:
 
 
 def carried(t: torch.Tensor) -> torch.Tensor:
-    """A tensor as it travels: detached, on the CPU, contiguous, its own storage (safetensors refuses shared)."""
+    """A tensor as it travels: detached, on the CPU, contiguous, its own storage (safetensors refuses shared). A
+    tensor on torch's `meta` device has no data: zeros of its shape and dtype stand in (its device travels beside)."""
+    if t.is_meta:
+        return torch.zeros(t.shape, dtype=t.dtype)
     return t.detach().to("cpu").contiguous().clone()
 
 

@@ -11,7 +11,7 @@ from autograder.reports.tables import item_summary
 # Why a check is not isolated yet (a reason, not an excuse: each is work left).
 SHAPES_TODO = ("covered but not isolated: its shape slip (SHAPE_SLIPS) breaks the values check too, which compares "
                "shapes as well, so isolating it takes a case only the shapes check has (a dtype or size the values "
-               "cases lack; a device, on CUDA only)")
+               "cases lack; a device slip, DEVICE_SLIPS, where the item makes a tensor of its own)")
 OVERLAP_TODO = "every planted mistake so far that breaks this check also breaks another check of the item"
 
 
@@ -21,8 +21,10 @@ def attach_catches(planted, catches):
         planted[item]["catches"] = sets
 
 
-def add_shape_slips(planted, catches, slips):
-    """Add each item's shape slip, {item: {name: (variant, kinds)}}, to its planted mistakes and their catch sets.
+def add_slips(planted, catches, slips):
+    """Add each item's slips, {item: {name: (variant, kinds)}}, to its planted mistakes and their catch sets: a
+    shape slip, or a device slip (a tensor made on the CPU inside the item: only the shapes check's run on torch's
+    meta device catches it, grading/device_check.py).
 
     Every shapes check gets at least one mistake it must catch: the planted rounds assert the exact set of checks
     that fail, so a shapes check that did nothing would show there even where values catches the slip as well.

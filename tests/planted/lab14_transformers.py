@@ -2,7 +2,7 @@
 
 A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell written differently.
 """
-from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_shape_slips, attach_catches
+from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_slips, attach_catches
 
 PLANTED = {
     "scaled_dot_product_attention": {
@@ -181,7 +181,7 @@ CATCHES = {
         "reads_last_position": {"values"},
     },
 }
-# Shape slips: a leftover or missing dimension, or a layout the caller does not expect (see add_shape_slips).
+# Shape slips: a leftover or missing dimension, or a layout the caller does not expect (see add_slips).
 SHAPE_SLIPS = {
     "PositionalEncoding": {"table_without_its_batch_dim": (
         ('self.register_buffer("pe", pe.float().unsqueeze(0))', 'self.register_buffer("pe", pe.float())'),
@@ -196,12 +196,18 @@ SHAPE_SLIPS = {
         ("scores = Q @ K.transpose(-2, -1)", "scores = torch.bmm(Q, K.transpose(1, 2))"),
         {"shapes", "values", "gradients"})},
 }
-add_shape_slips(PLANTED, CATCHES, SHAPE_SLIPS)
+add_slips(PLANTED, CATCHES, SHAPE_SLIPS)
+# Device slips: a tensor made on the CPU inside the item, which crashes once the inputs are on a GPU. Only the shapes
+# check's second run, with every input on torch's meta device, catches it on a CPU grader (see add_slips).
+DEVICE_SLIPS = {
+    "scaled_dot_product_attention": {"scale_as_a_cpu_tensor": (  # a 1-element CPU tensor is no scalar
+        ("/ math.sqrt(d_k)", "/ torch.sqrt(torch.tensor([d_k], dtype=Q.dtype))"), {"shapes"})},
+}
+add_slips(PLANTED, CATCHES, DEVICE_SLIPS)
 attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
 NOT_ISOLATED = {
-    ("scaled_dot_product_attention", "shapes"): SHAPES_TODO,
     ("scaled_dot_product_attention", "values"): OVERLAP_TODO,
     ("manual_multihead", "shapes"): SHAPES_TODO,
     ("PositionalEncoding", "shapes"): SHAPES_TODO,

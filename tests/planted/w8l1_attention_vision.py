@@ -2,7 +2,7 @@
 
 A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell written differently.
 """
-from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_shape_slips, attach_catches
+from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_slips, attach_catches
 
 PLANTED = {
     "mse_loss": {
@@ -620,7 +620,7 @@ CATCHES = {
         "softmax_over_queries": {"values"},
     },
 }
-# Shape slips: a leftover dimension, a dtype or a layout the caller does not expect (see add_shape_slips).
+# Shape slips: a leftover dimension, a dtype or a layout the caller does not expect (see add_slips).
 SHAPE_SLIPS = {
     "alpha_location": {"kept_a_dim_for_bmm": (
         ('W_loc, s), dim=-1)', 'W_loc, s), dim=-1).unsqueeze(-2)  # (B, 1, T) for bmm'),
@@ -652,7 +652,14 @@ SHAPE_SLIPS = {
          "c, alpha = attention_context(score_general(s, A, W_a), A)\n    return c.unsqueeze(1), alpha  # (B, 1, d)"),
         {"shapes", "values"})},
 }
-add_shape_slips(PLANTED, CATCHES, SHAPE_SLIPS)
+add_slips(PLANTED, CATCHES, SHAPE_SLIPS)
+# Device slips: a tensor made on the CPU inside the item, which crashes once the inputs are on a GPU. Only the shapes
+# check's second run, with every input on torch's meta device, catches it on a CPU grader (see add_slips).
+DEVICE_SLIPS = {
+    "local_attention": {"positions_on_the_cpu": (  # torch.arange(T) without a device is on the CPU
+        ("pos = torch.arange(T, device=alpha.device)", "pos = torch.arange(T)"), {"shapes"})},
+}
+add_slips(PLANTED, CATCHES, DEVICE_SLIPS)
 attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
@@ -682,7 +689,6 @@ NOT_ISOLATED = {
     ("unroll_annotations", "shapes"): SHAPES_TODO,
     ("spatial_attention", "shapes"): SHAPES_TODO,
     ("hard_attention", "shapes"): SHAPES_TODO,
-    ("local_attention", "shapes"): SHAPES_TODO,
     ("local_attention", "values"): OVERLAP_TODO,
     ("local_attention", "properties"): OVERLAP_TODO,
     ("self_attention", "shapes"): SHAPES_TODO,

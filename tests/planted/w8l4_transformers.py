@@ -4,7 +4,7 @@ A tuple (old, new) edits the reference cell (one realistic slip); a string is a 
 Wrong variants of the layers and the Transformer are chosen so that the model still runs end to end: greedy_decode
 is graded on the student's own Transformer, and it must not lose points for a mistake elsewhere.
 """
-from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_shape_slips, attach_catches
+from tests.planted import OVERLAP_TODO, SHAPES_TODO, add_slips, attach_catches
 
 PLANTED = {
     "attention": {
@@ -444,7 +444,7 @@ CATCHES = {
         "scores_with_d_model": {"values"},
     },
 }
-# Shape slips: a leftover dimension or a layout the caller does not expect (see add_shape_slips).
+# Shape slips: a leftover dimension or a layout the caller does not expect (see add_slips).
 SHAPE_SLIPS = {
     "EncoderLayer": {"weights_averaged_over_heads": (
         ("return self.norm2(x + self.ff(x)), A",
@@ -464,7 +464,14 @@ SHAPE_SLIPS = {
         ("return pe.to(dtype)", "return pe.unsqueeze(0).to(dtype)  # (1, max_len, d_emb) broadcasts over the batch"),
         {"shapes", "values", "properties"})},
 }
-add_shape_slips(PLANTED, CATCHES, SHAPE_SLIPS)
+add_slips(PLANTED, CATCHES, SHAPE_SLIPS)
+# Device slips: a tensor made on the CPU inside the item, which crashes once the inputs are on a GPU. Only the shapes
+# check's second run, with every input on torch's meta device, catches it on a CPU grader (see add_slips).
+DEVICE_SLIPS = {
+    "Transformer": {"causal_mask_on_the_cpu": (  # causal_mask(T) without its device makes the mask on the CPU
+        ("mask = causal_mask(T, device=tgt_in.device)", "mask = causal_mask(T)"), {"shapes"})},
+}
+add_slips(PLANTED, CATCHES, DEVICE_SLIPS)
 attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
@@ -489,7 +496,6 @@ NOT_ISOLATED = {
     ("EncoderLayer", "values"): OVERLAP_TODO,
     ("DecoderLayer", "shapes"): SHAPES_TODO,
     ("DecoderLayer", "properties"): OVERLAP_TODO,
-    ("Transformer", "shapes"): SHAPES_TODO,
     ("make_batch", "shapes"): SHAPES_TODO,
     ("greedy_decode", "shapes"): SHAPES_TODO,
 }
