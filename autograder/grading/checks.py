@@ -12,7 +12,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from autograder.notebooks.public_checks import SCALE_MISSING, known_mistake, unscaled, unscaled_mha  # noqa: F401 -- for suites
+from autograder.notebooks.public_checks import (  # noqa: F401 -- for suites
+    SCALE_MISSING,
+    first_difference,
+    known_mistake,
+    unscaled,
+    unscaled_mha,
+)
 from autograder.sandbox.grader_side import Opaque, Remote
 from autograder.sandbox.state import StateMismatch, assign_state
 
@@ -191,12 +197,9 @@ def copy_state(name: str, tensors: Sequence[torch.Tensor], module: Any, expected
         return assign_state(module, list(tensors))
     except StateMismatch as e:
         got, want = e.value_shapes, e.module_shapes
-        if max(len(got), len(want)) <= 8:
-            shown = f"parameters of shapes {got}, expected {want}"
-        else:  # a long list says little: point at the first tensor that differs
-            k = next(i for i in range(max(len(got), len(want))) if got[i:i + 1] != want[i:i + 1])
-            shown = (f"{len(got)} parameter tensors, expected {len(want)}; tensor {k} has shape "
-                     f"{got[k] if k < len(got) else 'none'}, expected {want[k] if k < len(want) else 'none'}")
+        k, want_k, got_k = first_difference(want, got)
+        shown = (f"{len(got)} parameter tensor{'s' * (len(got) != 1)}, expected {len(want)}; tensor {k} has shape "
+                 f"{got_k or 'none'}, expected {want_k or 'none'}")
         raise Fail(f"{name} has {shown}" + (f" ({expected})" if expected else "")) from None
 
 

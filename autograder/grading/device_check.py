@@ -21,17 +21,14 @@ depends on values) is no verdict, and the run passes, since the CPU run of the s
 An item whose checks cannot run on meta at all (they read values after training) sets `device_check: false` in
 course.yaml with the reason beside it, and keeps its shapes check on the CPU only.
 """
-import re
-
 import pytest
 
 from autograder.course.config import load_course
+from autograder.notebooks.public_checks import MIXED_DEVICES
 from autograder.sandbox.grader_side import StudentRaised
 
 CHECKS_DEVICE = "cpu"    # where values, gradients and properties are checked, on every grader
 OTHER_DEVICE = "meta"    # where the shapes check runs a second time
-# what torch says when one operation meets tensors on two devices (the meta run fails only on these)
-MIXED_DEVICES = re.compile(r"not on the expected device|on the same device|found at least two devices")
 ON_OTHER_DEVICE = (f"every input on torch's {OTHER_DEVICE} device, a GPU's stand-in on every grader: a tensor the item "
                    f"creates goes on its inputs' device (device=x.device)")
 

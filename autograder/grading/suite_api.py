@@ -17,6 +17,7 @@ from autograder.grading.checks import (
     check_tuple,
     copy_state,
     dtype_name,
+    first_difference,
     int_seed,
     randn,
     sinusoid_table,
@@ -42,7 +43,7 @@ __all__ = [
     # checkers: (name, ref, got), each message saying what was expected and what came back
     "Fail", "check_true", "check_tuple", "check_tensor", "check_shape", "check_device", "check_close", "check_number",
     # inputs, tolerances and state
-    "randn", "int_seed", "tol", "dtype_name", "copy_state",
+    "randn", "int_seed", "tol", "dtype_name", "copy_state", "first_difference",
     # oracles and the named mistakes a failure is matched against
     "attention_oracle", "sinusoid_table", "SCALE_MISSING", "unscaled", "unscaled_mha",
     # the plugin: the reference solution, and how an argument or a result crosses into the sandbox

@@ -8,11 +8,15 @@ import contextlib
 import io
 import linecache
 import math
+import re
 import sys
 
 import torch
 
 SCALE_MISSING = 'off by a factor close to sqrt(d_k): is the scale missing?'
+# what torch says when one operation meets tensors on two devices (PublicChecks.device, and the hidden shapes
+# checks' own run on the meta device)
+MIXED_DEVICES = re.compile(r'not on the expected device|on the same device|found at least two devices')
 
 
 def unscaled(Q):
@@ -49,6 +53,17 @@ def known_mistake(got, mistakes, atol):
                 and max_diff(got, wrong) <= max(10 * atol, 1e-6)):
             return hint
     return ''
+
+
+def first_difference(expected, got):
+    """(k, expected[k], got[k]) at the first index where two sequences differ (an entry past one's end is None), or
+    None when they are equal: a mismatch of two long lists is told by its first entry, not by both lists."""
+    expected, got = list(expected), list(got)
+    if expected == got:
+        return None
+    k = next((k for k, (e, g) in enumerate(zip(expected, got, strict=False)) if e != g),
+             min(len(expected), len(got)))
+    return k, expected[k] if k < len(expected) else None, got[k] if k < len(got) else None
 
 
 def is_pair(result):
@@ -106,6 +121,19 @@ class PublicChecks:
         got = tuple(t.shape) if torch.is_tensor(t) else describe(t)
         self.check(got == tuple(expected), f'shape of {what}', tuple(expected), got)
 
+    def sequence(self, what, expected, got, names=()):
+        """Two lists equal entry by entry; a failure names the first entry that differs (and its name, from
+        `names`: say, the parameter names of what came back) with both lists' lengths."""
+        expected, got, names = list(expected), list(got), list(names)
+        diff = first_difference(expected, got)
+        if diff is None:
+            return self.check(True, what, None, None)
+        k, want, have = diff
+        label = f'entry {k}' + (f' ({names[k]})' if k < len(names) else '')
+        self.check(False, what, f'{label}: {"nothing (the list ends)" if want is None else want}, '
+                                f'of {len(expected)} entries',
+                   f'{label}: {"nothing (the list ends)" if have is None else have}, of {len(got)} entries')
+
     def close(self, what, got, ref, atol=1e-5, rtol=0.0, against='the reference', mistakes=None):
         """`got` within atol + rtol |ref| of `ref`; `mistakes` maps a hint to what a known mistake would give."""
         what = f'{what} vs {against}'
@@ -124,11 +152,13 @@ class PublicChecks:
         what = f"{what} with every input on the meta device (a GPU's stand-in)"
         meta = lambda v: v.to('meta') if torch.is_tensor(v) else v  # noqa: E731 -- one line, used twice
         try:
-            with on_meta(fn):
+            with contextlib.ExitStack() as modules:  # fn and every module argument on meta, their own after
+                for v in (fn, *args, *kwargs.values()):
+                    modules.enter_context(on_meta(v))
                 out = fn(*map(meta, args), **{k: meta(v) for k, v in kwargs.items()})
-        except RuntimeError as e:
-            if 'device' not in str(e):  # an op meta cannot run, or one that reads values: no verdict on devices
-                print(f'  --  {what}: not checkable there ({str(e).splitlines()[0][:80]})')
+        except Exception as e:
+            if not MIXED_DEVICES.search(str(e)):  # an op meta cannot run, or one that reads values: no verdict
+                print(f'  --  {what}: not checkable there ({type(e).__name__}: {str(e).splitlines()[0][:80]})')
                 return
             self.check(False, what, "every tensor made on the inputs' device (device=x.device)",
                        f'{str(e).splitlines()[0]}\n    through:  {where_made(e)}',

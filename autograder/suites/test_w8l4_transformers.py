@@ -28,6 +28,7 @@ from autograder.grading.suite_api import (
     check_tuple,
     dim,
     dtype_name,
+    first_difference,
     function_search,
     gradient_search,
     ints,
@@ -798,12 +799,11 @@ def matched_reference(student, model, rng, kwargs):
     ours = list(reference.named_parameters())
     if all(name in state for name, _ in ours):  # the reference's names: map by name, whatever the order
         theirs = [(name, state[name]) for name, _ in ours]
-    got_shapes, want_shapes = [tuple(v.shape) for _, v in theirs], [tuple(p.shape) for _, p in ours]
-    if got_shapes != want_shapes:
-        k = next((i for i, (u, w) in enumerate(zip(got_shapes, want_shapes, strict=False)) if u != w),
-                 min(len(got_shapes), len(want_shapes)))
-        got_k = f"'{theirs[k][0]}' of shape {got_shapes[k]}" if k < len(theirs) else "nothing"
-        want_k = f"'{ours[k][0]}' of shape {want_shapes[k]}" if k < len(ours) else "nothing"
+    diff = first_difference([tuple(p.shape) for _, p in ours], [tuple(v.shape) for _, v in theirs])
+    if diff is not None:
+        k, want_shape, got_shape = diff
+        got_k = f"'{theirs[k][0]}' of shape {got_shape}" if got_shape is not None else "nothing"
+        want_k = f"'{ours[k][0]}' of shape {want_shape}" if want_shape is not None else "nothing"
         raise Fail(f"the Transformer's parameters do not line up with the reference's ({len(theirs)} tensors, expected "
                    f"{len(ours)}: src_emb, tgt_emb, encoder layers, decoder layers, out, in that order); parameter "
                    f"{k} is {got_k}, expected {want_k}")
