@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 
 def scaled_dot_product_attention(Q, K, V, mask=None):
-    """softmax(Q K^T / sqrt(d_k)) V over (..., S, d_k); mask: 1/True = may attend, 0 = blocked."""
+    """softmax(Q K^T / sqrt(d_k)) V over (..., S, d_k); mask: 1/True = may attend, 0 = blocked. A query that may
+    attend to no key gets zero weights and a zero output, not NaN."""
     d_k = Q.size(-1)
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (..., S_q, S_k)
     if mask is None:

@@ -81,7 +81,7 @@ def principal_angle_cosines(W, V):
 
 
 class LinearAE(nn.Module):
-    """x_hat = x W_e W_d: no biases, no nonlinearity, k < n_in (undercomplete)."""
+    """x_hat = x W_e W_d: no biases, no nonlinearity; undercomplete when k < n_in (section 4 also trains k >= n_in)."""
 
     def __init__(self, k, n_in=784):
         """We: n_in -> k code, Wd: k -> n_in reconstruction, both bias-free."""
@@ -187,7 +187,8 @@ def alpha_location(s, W_loc):
 # ---------------------------------------------------------------------------------------------
 
 def attention_context(scores, H, mask=None):
-    """alpha = softmax_j(scores) over real positions (mask True), c = sum_j alpha_j h_j."""
+    """alpha = softmax_j(scores) over real positions (mask True), c = sum_j alpha_j h_j; a row with no real token
+    gets zero weights and a zero context, not NaN."""
     if mask is not None:
         # the dtype's most negative number, not -inf, so a row with no real token gives no NaN
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)

@@ -22,7 +22,8 @@ VOCAB = 13
 
 
 def attention(Q, K, V, mask=None):
-    """Z = softmax(Q K^T / sqrt(d_k)) V over (..., T, d_k); mask is bool with True = blocked."""
+    """Z = softmax(Q K^T / sqrt(d_k)) V over (..., T, d_k); mask is bool with True = blocked. A query whose every key
+    is blocked gets a zero row of A and of Z, not NaN."""
     d_k = Q.shape[-1]
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
     if mask is not None:

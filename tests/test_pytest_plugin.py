@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course.config import ROOT
+from autograder.course.config import ROOT, load_course
 from autograder.grading.plugin import GRADER_FAILED, GRADING, Grading, Settings, grading_of
 from autograder.grading.scoring import Outcome, results_json
 from autograder.grading.suite_files import suite_path
@@ -122,9 +122,13 @@ def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp
         ours = json.loads(out.read_text())
         assert without_timings(ours) == without_timings(by_course[name]), name
         assert f"{AID}: {ours['score']:g} / {ours['max_score']:g} points" in session.stdout
-        # one line per check: every check of course.yaml is a test, the experiment included
+        # one line per check: every check of course.yaml is a test, the experiment included, and a shapes check two
+        # (on the CPU, then on meta: grading/device_check.py)
         lines = [line for line in session.stdout.splitlines() if line.startswith(SUITE + "::")]
-        assert len(lines) == len(ours["tests"]) == 22, session.stdout[-3000:]
+        items = load_course().assignment(AID).items.values()
+        on_meta = sum("shapes" in spec.points and spec.device_check for spec in items)
+        assert len(ours["tests"]) == 22 and len(lines) == 22 + on_meta, session.stdout[-3000:]
+        assert sum("_shapes[meta] " in line for line in lines) == on_meta, session.stdout[-3000:]
 
 
 @pytest.mark.grading
@@ -137,8 +141,8 @@ def test_pytest_options_select_stop_and_report(examples, tmp_path, pytester):
     result = json.loads(out.read_text())
     assert {t["item"] for t in result["tests"]} == {"PositionalEncoding"}, result["tests"]
     assert [t["name"].split(": ")[1] for t in result["tests"]] == ["exists", "shapes", "values", "properties"]
-    assert stdout.count("PASSED") + stdout.count("FAILED") == 4, stdout[-3000:]
-    assert 'tests="4"' in junit.read_text()
+    assert stdout.count("PASSED") + stdout.count("FAILED") == 5, stdout[-3000:]  # shapes twice: cpu, meta
+    assert 'tests="5"' in junit.read_text()
 
     code, stdout, _ = session(pytester, suite_path(AID), "--submission", examples["empty"], "--device", "cpu",
                               "--no-experiments", "-x")

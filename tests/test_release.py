@@ -116,6 +116,24 @@ def test_sync_names_a_written_answer_course_yaml_does_not_list(tmp_path, monkeyp
         sync_written(aid, nb)
 
 
+def test_the_rules_cell_follows_a_forbidden_reference_added_in_course_yaml(tmp_path, monkeypatch):
+    """The rules cell is what `course sync` writes from course.yaml (the committed notebook already carries it), and
+    a reference that course.yaml newly forbids an item reaches the cell's text at the next sync."""
+    import yaml
+
+    from autograder.notebooks.rules import RULES, sync_rules
+    aid, item = "w8l1_attention_vision", "attention_context"
+    nb = nbformat.read(ROOT / "assignments" / aid / f"{aid}.ipynb", as_version=4)
+    assert sync_rules(aid, nb) == []
+    raw = yaml.safe_load((ROOT / "course.yaml").read_text())
+    raw["assignments"][aid]["items"][item]["from_scratch"].append("mse_loss")
+    (tmp_path / "course.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.setenv("COURSE_CONFIG", str(tmp_path / "course.yaml"))
+    assert sync_rules(aid, nb) == [RULES]
+    rules = next(c.source for c in nb.cells if c.metadata.get("course", {}).get("generated") == RULES)
+    assert f"* `{item}`: `F.scaled_dot_product_attention`, `nn.MultiheadAttention`, `F.mse_loss`\n" in rules, rules
+
+
 # That the committed release is what `course release` makes now: tests/test_course_root.py, per assignment.
 @pytest.mark.parametrize("aid", AIDS)
 def test_the_committed_release_passes_every_check(aid):

@@ -228,8 +228,12 @@ class Assignment(Strict):
     items: dict[str, Item]
     experiments: dict[str, Experiment] = {}
     # grade_id -> its written answer; TAs grade them in formgrader. Excluded from model_dump: no automatic score
-    # depends on them, so they are no part of a grading's identity (batch/run.py), and a rubric's edit regrades nothing
+    # depends on them, so they are no part of a grading's identity (batch/identity.py), and a rubric's edit regrades
+    # nothing
     written: dict[str, Written] = Field({}, exclude=True)
+    # What `mask` means in this notebook's items, said in its rules cell beside the other notebooks'
+    # (notebooks/rules.py): text for students, so no part of a grading's identity
+    mask_convention: str = Field("", exclude=True)
     # The deadline and this assignment's late policy (over the course's `late:`): applied when a grade is read, so
     # no part of a grading's identity either; changing them regrades nothing
     due: datetime | None = Field(None, exclude=True)

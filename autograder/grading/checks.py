@@ -208,14 +208,16 @@ def attention_oracle(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: to
     """F.scaled_dot_product_attention's output and the weights it implies.
 
     `mask` follows the assignment's convention: True = may attend (lab14, w8l1), or True = blocked with
-    `blocked=True` (w8l4). Weights: softmax(Q K^T / sqrt(d_k)) with the masked scores at -inf.
+    `blocked=True` (w8l4). Weights: softmax(Q K^T / sqrt(d_k)) with the masked scores at -inf; a query whose every
+    key is blocked gets zero weights, as SDPA gives it a zero output (the courses' spec: zeros, not NaN).
     """
     allowed = None if mask is None else (~mask.bool() if blocked else mask.bool())
     out = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])  # (..., T_q, T_k)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    return out, scores.softmax(-1)
+    if allowed is None:
+        return out, scores.softmax(-1)
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)  # NaN in a row with no open key
+    return out, weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
 
 
 def sinusoid_table(max_len: int, d: int) -> torch.Tensor:

@@ -17,6 +17,7 @@ from autograder.course.config import course_root, load_course
 from autograder.errors import ConfigError
 from autograder.notebooks.cells import nbgrader_meta
 from autograder.notebooks.kernel_client import kernel_start_lock
+from autograder.notebooks.rules import sync_rules
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -86,7 +87,8 @@ def graded_cells(nb, items):
 
 
 def sync(aid, write=True):
-    """Rewrite the source notebook's graded cells from solutions/ and test-cell points from course.yaml."""
+    """Rewrite the source notebook's graded cells from solutions/, test-cell points and written answers' points from
+    course.yaml, and its rules cell (notebooks/rules.py)."""
     assignment = load_course().assignment(aid)
     path = notebook_path(aid)
     nb = nbformat.read(path, as_version=4)
@@ -97,6 +99,7 @@ def sync(aid, write=True):
             cell.source = text
             changed.append(gid)
     changed += sync_written(aid, nb)
+    changed += sync_rules(aid, nb)
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         gid = meta.get("grade_id", "")

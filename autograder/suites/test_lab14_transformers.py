@@ -57,6 +57,11 @@ def attention_cases(rng):
     yield "float64, 0/1 integer causal mask", Q, K, V, torch.ones(5, 5, dtype=torch.long).tril()
     Q, K, V = randn(rng, 9, 16) * 3, randn(rng, 11, 16) * 3, randn(rng, 11, 16)
     yield "unbatched (9, 16) x (11, 16), large scores", Q, K, V, None
+    Q, K, V = randn(rng, 2, 4, 6), randn(rng, 2, 5, 6), randn(rng, 2, 5, 3)
+    none_open = torch.ones(4, 5, dtype=torch.bool)
+    none_open[2] = False  # (values only: shapes and gradients take the first cases)
+    yield "query 2 may attend to no key (its mask row all 0): zero weights and a zero output, not NaN", Q, K, V, \
+        none_open
 
 
 @pytest.mark.item("scaled_dot_product_attention", "shapes")

@@ -879,6 +879,16 @@ def test_context_properties(student, rng):
     _, alpha3 = student.call("attention_context", scores + shift, H, mask=mask)
     check_close("alpha(scores + const)", alpha, alpha3, atol=1e-10, oracle="alpha(scores)",
                 case="the softmax ignores a per-row constant")
+    student.case("row 1 with no real token (its mask row all False), float64: zero weights and a zero context, not NaN")
+    scores, H = randn(rng, 3, 5, dtype=torch.float64), randn(rng, 3, 5, 4, dtype=torch.float64)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1] = False
+    c, alpha = student.call("attention_context", scores, H, mask=mask)
+    ref_alpha = scores.masked_fill(~mask, -math.inf).softmax(-1).nan_to_num(0.0)  # (3, 5): row 1 zeros
+    check_close("alpha", ref_alpha, alpha, atol=1e-10, oracle="softmax over the real positions, zeros where none is",
+                case=student.label)
+    check_close("c", torch.einsum("bt,btd->bd", ref_alpha, H), c, atol=1e-10, oracle="sum_j alpha_j h_j",
+                case=student.label)
 
 
 # --- unroll_annotations -----------------------------------------------------------------------------

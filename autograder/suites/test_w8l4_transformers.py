@@ -198,6 +198,18 @@ def test_attention_properties(student, rng):
     check_close("A", expected, A, atol=1e-5, oracle="softmax([112, 96] / 8)", dims=("query", "key"),
                 case="scores 112 and 96 scaled by 1/sqrt(64) give weights 0.88 and 0.12")
 
+    student.case("query 1 with every key blocked (its mask row all True), float64: zero weights and a zero output, "
+                 "not NaN")
+    Q, K, V = (randn(rng, 2, t, 6, dtype=torch.float64) for t in (4, 5, 5))
+    mask = torch.zeros(4, 5, dtype=torch.bool)
+    mask[1] = True
+    Z, A = student.call("attention", Q, K, V, mask=mask)
+    ref_Z, ref_A = attention_oracle(Q, K, V, mask, blocked=True)
+    check_close("A", ref_A, A, atol=1e-10, oracle="softmax over the open keys, zeros where none is open",
+                dims=("batch", "query", "key"), case=student.label)
+    check_close("Z", ref_Z, Z, atol=1e-10, oracle="F.scaled_dot_product_attention", dims=("batch", "query", "col"),
+                case=student.label)
+
 
 # --- MultiHeadAttention -----------------------------------------------------------------------------
 
