@@ -27,14 +27,15 @@ PROGRESS = re.compile(r"^\[\d+/\d+\] (.+): \S+/\S+(?: \((reused|merged)\))? \(\d
 
 
 def make_batch(folder, n=14):
-    """At least n submissions: complete, empty, each planted mistake of the graded items (11), a broken file,
-    and correct variants up to n."""
+    """n submissions: complete, empty, planted mistakes of the graded items (as many as fit), a broken file, and
+    correct variants up to n."""
     subs = [("complete", with_cells(release_notebook(AID), solved_sources(AID))), ("empty", release_notebook(AID))]
-    for item in ITEMS.split(","):
-        for name, variant in planted(AID)[item]["wrong"].items():
-            sources = solved_sources(AID)
-            sources[item] = variant_source(AID, item, variant)
-            subs.append((f"{item}-{name}", with_cells(release_notebook(AID), sources)))
+    mistakes = [(item, name, variant) for item in ITEMS.split(",")
+                for name, variant in planted(AID)[item]["wrong"].items()]
+    for item, name, variant in mistakes[:n - 3]:
+        sources = solved_sources(AID)
+        sources[item] = variant_source(AID, item, variant)
+        subs.append((f"{item}-{name}", with_cells(release_notebook(AID), sources)))
     k = 0
     while len(subs) < n - 1:
         sources = solved_sources(AID)
