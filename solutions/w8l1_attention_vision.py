@@ -124,7 +124,17 @@ class GRUEncoder(nn.Module):
         self.rnn = nn.GRU(d, d // 2, batch_first=True, bidirectional=True)
 
     def forward(self, x, lengths=None):
-        """x (B, T) tokens -> H (B, T, d) all states, h_T (B, d) = [fwd at last real token; bwd at first]."""
+        """x (B, T) token ids (int64) -> (H, h_T): H (B, T, d) the state at every position, h_T (B, d) =
+        [forward state at each row's last real token; backward state at its first token].
+
+        lengths: None (every row is T real tokens), or B ints, a list or an int64 tensor, in any order (not sorted),
+        each row's real tokens followed by padding. With lengths, pack the embedded rows so that padding never reaches
+        a real state and the backward GRU starts at each row's own last token: nn.utils.rnn.pack_padded_sequence takes
+        the lengths on the CPU whatever x's device (lengths.to("cpu")), and enforce_sorted=False takes rows in any
+        order; unpack with pad_packed_sequence(..., total_length=T), so that H keeps all T columns (zeros at padding).
+        The lecture's own encoder runs the GRU over the padded rows: its backward states then start from the padding,
+        and differ in every padded row. The hidden tests compare H at the real positions and h_T with nn.GRU run on
+        each row's real tokens alone, with rows of length 1 to T in random order and a batch of one row of one token."""
         E = self.emb(x)                                                   # (B, T, d)
         if lengths is None:
             H, h_n = self.rnn(E)                                          # h_n (2, B, d // 2)
