@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 import torch
 
 from autograder.notebooks.cells import names_used
+from autograder.notebooks.public_checks import MIXED_DEVICES
 
 if TYPE_CHECKING:
     from autograder.course.config import Assignment, Course, Item
@@ -85,8 +86,11 @@ class Outcome:
 
     def raised(self, item: str, error: str, items: Iterable[str]) -> str:
         """Fold in the student's exception: a NotImplementedError raised in another item's cell (`items`) is that
-        item's, never this one's; the words that say so, or ''."""
+        item's, never this one's, and a device mix-up met there may be this one's; the words that say so, or ''."""
         cell, stub = raised_in(error), error.startswith(NOT_IMPLEMENTED)
+        if cell != item and cell in items and MIXED_DEVICES.search(error):
+            # the op that meets two devices is rarely where the stray tensor was made: often the caller made it
+            return f"; '{cell}' was handed a tensor on another device: look where '{item}' and what it calls make tensors"
         if cell != item and cell in items:
             self.not_implemented_in = self.not_implemented_in or (cell if stub else "")
             return f"; the error is in '{cell}', which '{item}' calls (see that item)"

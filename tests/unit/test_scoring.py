@@ -131,3 +131,15 @@ def test_a_stub_raised_in_another_items_cell_is_that_items():
     assert zero_reason("MultiHeadAttention", "", False, "attention") == (
         "'MultiHeadAttention' calls 'attention', which is not implemented yet, so 'MultiHeadAttention' could not be "
         "checked (the whole item scores 0)")
+
+
+def test_a_device_mix_met_in_another_items_cell_points_back_at_the_caller():
+    """The op that meets two devices is often not where the stray tensor was made (a mask made on the CPU by the
+    caller reaches `attention`), so the reason does not send the student to the callee alone."""
+    items = {"attention": None, "Transformer": None}
+    outcome = Outcome("Transformer", "shapes", 1)
+    said = outcome.raised("Transformer", "RuntimeError: Tensor on device meta is not on the expected device cpu! "
+                                         "(cell attention, line 9)", items)
+    assert said == ("; 'attention' was handed a tensor on another device: look where 'Transformer' and what it calls "
+                    "make tensors")
+    assert "see that item" not in said and not outcome.not_implemented_in
