@@ -283,7 +283,12 @@ def cmd_demo(args):
 
 def cmd_doctor(args):
     from autograder.apps.doctor import doctor
-    return doctor(quick=args.quick, device=args.device)
+    return doctor(quick=args.quick, device=args.device, aids=args.assignments)
+
+
+def cmd_check(args):
+    from autograder.apps.check import check
+    return check(args.assignments, grade=args.grade)
 
 
 def add_device(parser, default):
@@ -416,8 +421,17 @@ def build_parser():
     add_debug(s)
     s.set_defaults(run=cmd_demo)
 
+    s = sub.add_parser("check", help="is an assignment safe to hand out: solution, suite, harness, notebook and "
+                                     "release agree with course.yaml (one line per problem)")
+    s.add_argument("assignments", nargs="*", metavar="ID", help="the assignments to check (default: all)")
+    s.add_argument("--grade", action="store_true", help="also grade the reference solution (full marks) and the "
+                   "release (0), without experiments: about a minute per assignment")
+    s.set_defaults(run=cmd_check)
+
     s = sub.add_parser("doctor", help="check this machine before grading: isolation, MNIST, device, cache, versions, "
                                       "and the reference solutions graded with their experiments' margins")
+    s.add_argument("assignments", nargs="*", metavar="ID", help="the assignments whose references are graded "
+                   "(default: all)")
     s.add_argument("--quick", action="store_true", help="grade the reference solutions without their experiments "
                    "(no training): seconds instead of minutes")
     add_device(s, "auto")

@@ -15,7 +15,7 @@ import torch
 
 from autograder.course.config import course_root, load_course
 from autograder.course.mnist import data_source, describe_source, download_wanted, missing_message
-from autograder.errors import GraderError, setup_problem
+from autograder.errors import ConfigError, GraderError, setup_problem
 from autograder.grading.cache import cache_folders, cache_off
 from autograder.grading.experiments import resolve_device
 from autograder.grading.grade import grade_notebook
@@ -63,10 +63,14 @@ class Findings:
             print(f"FIX         {text}", flush=True)
 
 
-def doctor(quick=False, device="auto"):
-    """Check the machine and grade the reference solutions (without their experiments when `quick`)."""
+def doctor(quick=False, device="auto", aids=None):
+    """Check the machine and grade the reference solutions of `aids` (all when none; without their experiments when
+    `quick`)."""
     t0 = time.monotonic()
     course = load_course()
+    unknown = [aid for aid in aids or () if aid not in course.assignments]
+    if unknown:
+        raise ConfigError(f"not in course.yaml: {', '.join(unknown)} (it has {', '.join(course.assignments)})")
     found = Findings()
     print(f"course doctor: {course_root()} ({course.path})", flush=True)
     isolated = check_isolation(found, course)
@@ -77,7 +81,7 @@ def doctor(quick=False, device="auto"):
     if not isolated:
         found.item("references", "not graded: the sandbox cannot start (the isolation FIX above first)")
     elif device:
-        grade_references(found, course, device, quick)
+        grade_references(found, course, device, quick, aids or list(course.assignments))
     took = f"{time.monotonic() - t0:.0f} s"
     if found.problems:
         print(f"doctor: {len(found.problems)} problem(s), each a FIX line above ({took})")
@@ -195,14 +199,14 @@ def course_pins():
     return {m.group(1): m.group(2) for m in pins if m}
 
 
-def grade_references(found, course, device, quick):
+def grade_references(found, course, device, quick, aids):
     """Each assignment's reference solution graded as a submission: its time, full marks or not, and for every
     experiment its figures beside the thresholds (trained now: the cache is neither read nor written)."""
     print("reference solutions, graded in the sandbox" + (" without experiments (--quick):" if quick else
           " with their experiments, trained now (the cache is left out):"), flush=True)
     with tempfile.TemporaryDirectory(prefix="course-doctor-") as folder, no_cache():
-        for aid, assignment in course.assignments.items():
-            t0 = time.monotonic()
+        for aid in aids:
+            assignment, t0 = course.assignment(aid), time.monotonic()
             try:
                 result = grade_notebook(write_solution(aid, folder), aid, device=device, experiments=not quick)
             except GraderError as e:

@@ -234,6 +234,9 @@ class Assignment(Strict):
     # What `mask` means in this notebook's items, said in its rules cell beside the other notebooks'
     # (notebooks/rules.py): text for students, so no part of a grading's identity
     mask_convention: str = Field("", exclude=True)
+    # NAME: key, the constants of the notebook's facts cell (notebooks/facts.py): figures the demos share with the
+    # grader, written by `course sync`; the grader reads course.yaml itself, so no part of a grading's identity
+    facts: dict[str, str] = Field({}, exclude=True)
     # The deadline and this assignment's late policy (over the course's `late:`): applied when a grade is read, so
     # no part of a grading's identity either; changing them regrades nothing
     due: datetime | None = Field(None, exclude=True)

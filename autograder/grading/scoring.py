@@ -90,7 +90,8 @@ class Outcome:
         cell, stub = raised_in(error), error.startswith(NOT_IMPLEMENTED)
         if cell != item and cell in items and MIXED_DEVICES.search(error):
             # the op that meets two devices is rarely where the stray tensor was made: often the caller made it
-            return f"; '{cell}' was handed a tensor on another device: look where '{item}' and what it calls make tensors"
+            return (f"; '{cell}' was handed a tensor on another device: look where '{item}' and what it calls "
+                    f"make tensors")
         if cell != item and cell in items:
             self.not_implemented_in = self.not_implemented_in or (cell if stub else "")
             return f"; the error is in '{cell}', which '{item}' calls (see that item)"

@@ -16,6 +16,7 @@ import nbformat
 from autograder.course.config import course_root, load_course
 from autograder.errors import ConfigError
 from autograder.notebooks.cells import nbgrader_meta
+from autograder.notebooks.facts import stale_facts, sync_facts
 from autograder.notebooks.kernel_client import kernel_start_lock
 from autograder.notebooks.rules import sync_rules
 
@@ -88,7 +89,7 @@ def graded_cells(nb, items):
 
 def sync(aid, write=True):
     """Rewrite the source notebook's graded cells from solutions/, test-cell points and written answers' points from
-    course.yaml, and its rules cell (notebooks/rules.py)."""
+    course.yaml, its rules cell (notebooks/rules.py) and its facts (notebooks/facts.py); the cells that changed."""
     assignment = load_course().assignment(aid)
     path = notebook_path(aid)
     nb = nbformat.read(path, as_version=4)
@@ -100,6 +101,7 @@ def sync(aid, write=True):
             changed.append(gid)
     changed += sync_written(aid, nb)
     changed += sync_rules(aid, nb)
+    changed += sync_facts(aid, nb)
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         gid = meta.get("grade_id", "")
@@ -345,6 +347,8 @@ def verify(aid, folder):
             if line.strip() in secrets:
                 problems.append(f"{aid}: cell {index} ({gid or cell.cell_type}) contains a line of the reference "
                                 f"solution: {line.strip()[:80]!r}")
+        if cell.cell_type == "markdown":
+            problems += [f"{aid}: cell {index} says {said}" for said in stale_facts(assignment, text)]
         if HIDDEN_BEGIN in text or HIDDEN_END in text or BEGIN in text:
             problems.append(f"{aid}: cell {index} ({gid}) still has a solution or hidden-test region")
         if re.search(r"\b(import|from)\s+(solutions|autograder)\b|solutions/|autograder/", text):

@@ -280,8 +280,9 @@ def oracle_layer(state, d, h, ff):
     try:
         layer.load_state_dict(mapping)
     except RuntimeError as e:
-        raise Fail(f"EncoderBlock's weights do not fit nn.TransformerEncoderLayer: "
-                   f"{str(e).splitlines()[-1][:200]}") from e
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        first = next((line for line in lines if line.startswith("size mismatch")), lines[-1])  # one, not all
+        raise Fail(f"EncoderBlock's weights do not fit nn.TransformerEncoderLayer: {first[:200]}") from e
     return layer.eval()
 
 

@@ -926,8 +926,9 @@ def row_problem(b, L, src, tgt_in, tgt):
     want_in = torch.cat([torch.tensor([BOS]), want_tgt[:L], torch.full((T - L - 1,), PAD)])
     for name, want, got in (("src", want_src, src[b]), ("tgt", want_tgt, tgt[b]), ("tgt_in", want_in, tgt_in[b])):
         if not torch.equal(want, got):
-            return (f"row {b} (length {L}): {name} is {got.tolist()}, expected {want.tolist()} "
-                    f"(BOS {BOS}, EOS {EOS}, PAD {PAD})")
+            k, want_k, got_k = first_difference(want.tolist(), got.tolist())
+            return (f"row {b} (length {L}): {name}[{b}, {k}] is {got_k}, expected {want_k} (the row is "
+                    f"{got.tolist()}, expected {want.tolist()}; BOS {BOS}, EOS {EOS}, PAD {PAD})")
     return ""
 
 

@@ -1,0 +1,206 @@
+"""`course check [ID ...]`: is an assignment safe to hand out? One line per problem, exit 1 when there is any.
+
+The fast form (the default, what CI runs) reads, runs nothing of the student's kind:
+  1. the solution: every item of course.yaml in solutions/<id>.py, with course.yaml's signature and its methods;
+  2. the suite: a check (`@pytest.mark.item(ITEM, KIND)`) for every kind an item has points for, and none for
+     an item or kind course.yaml does not have;
+  3. the harness: every experiment of course.yaml in its EXPERIMENTS, and every metric its thresholds and lecture
+     figures name written in the harness (a misspelt metric is otherwise found only when grading runs);
+  4. the source notebook: nothing `course sync` would change (stubs, points, rules, facts: notebooks/facts.py);
+  5. the release: `course release`'s own verification (no hidden line leaks, every stub and test cell, points,
+     facts as course.yaml gives them).
+`--grade` also grades the reference solution (full marks) and the untouched release (0), without experiments.
+"""
+import ast
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from autograder.course.config import Assignment, course_root, load_course
+from autograder.grading.checks import Fail, check_signature
+
+SUITE_MARK = re.compile(r"""mark\.item\(\s*["'](\w+)["']\s*,\s*["'](\w+)["']""")
+
+
+def signature_info(obj, methods):
+    """What the sandbox's `signature` operation reports for the student's object, here for the solution's."""
+    def params(f, drop_self):
+        try:
+            ps = list(inspect.signature(f).parameters.values())[(1 if drop_self else 0):]
+        except (TypeError, ValueError):
+            return None
+        return [[p.name, p.kind.name, "" if p.default is p.empty else repr(p.default)] for p in ps]
+    if isinstance(obj, type):
+        return {"kind": "class", "params": params(obj.__init__, True),
+                "methods": {m: params(getattr(obj, m), True) if callable(getattr(obj, m, None)) else None
+                            for m in methods}}
+    return {"kind": "function", "params": params(obj, False)} if callable(obj) else {"kind": type(obj).__name__}
+
+
+def solution_problems(aid: str, assignment: Assignment) -> list[str]:
+    path = course_root() / "solutions" / f"{aid}.py"
+    if not path.is_file():
+        return [f"{aid}: solutions/{aid}.py is missing (the reference solution every other part is made from)"]
+    # read as it is on disk now, beside (not over) the `solutions.<aid>` that sync and grading import
+    found = importlib.util.spec_from_file_location(f"course_check_solutions_{aid}", path)
+    assert found is not None and found.loader is not None  # a .py file's path always has both
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    problems = []
+    for item, spec in assignment.items.items():
+        if not hasattr(module, item):
+            problems.append(f"{aid}: item '{item}' is in course.yaml but not in solutions/{aid}.py")
+            continue
+        try:
+            check_signature(item, spec.signature, signature_info(getattr(module, item), spec.methods), spec.methods)
+        except Fail as e:
+            problems.append(f"{aid}: solutions/{aid}.py: {e} (course.yaml's signature)")
+    return problems
+
+
+def suite_problems(aid: str, assignment: Assignment) -> list[str]:
+    path = Path(__file__).parents[1] / "suites" / f"test_{aid}.py"
+    if not path.is_file():
+        return [f"{aid}: the hidden suite autograder/suites/test_{aid}.py is missing"]
+    marked = set(SUITE_MARK.findall(path.read_text()))
+    wanted = {(item, kind) for item, spec in assignment.items.items() for kind in spec.points if kind != "exists"}
+    return ([f"{aid}: '{item}' has {kind} points in course.yaml, but no check in test_{aid}.py "
+             f"(@pytest.mark.item(\"{item}\", \"{kind}\"))" for item, kind in sorted(wanted - marked)]
+            + [f"{aid}: test_{aid}.py checks '{item}' {kind}, which course.yaml gives no points"
+               for item, kind in sorted(marked - wanted)])
+
+
+def harness_problems(aid: str, assignment: Assignment) -> list[str]:
+    if not assignment.experiments:
+        return []
+    path = Path(__file__).parents[1] / "harness" / f"{aid}.py"
+    if not path.is_file():
+        return [f"{aid}: course.yaml has experiments, but autograder/harness/{aid}.py is missing"]
+    module = importlib.import_module(f"autograder.harness.{aid}")
+    declared = getattr(module, "EXPERIMENTS", {})
+    written = written_names(path)
+    problems = [f"{aid}: experiment '{name}' is in course.yaml but not in the harness's EXPERIMENTS"
+                for name in assignment.experiments if name not in declared]
+    problems += [f"{aid}: the harness's experiment '{name}' is not in course.yaml" for name in declared
+                 if name not in assignment.experiments]
+    for name, exp in assignment.experiments.items():
+        problems += [f"{aid}: experiment '{name}' names metric '{metric}', which autograder/harness/{aid}.py "
+                     f"never writes" for metric in sorted({exp.metric, *exp.threshold})
+                     if not any(re.fullmatch(pattern, metric) for pattern in written)]
+    return problems
+
+
+def written_names(path: Path, seen: frozenset = frozenset()) -> set[str]:
+    """The strings a harness module and the harness modules it imports write, as patterns: an f-string's
+    `f"gap_D{D}"` stands for every name it can make (`gap_D.+`)."""
+    tree = ast.parse(path.read_text())
+    patterns = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            patterns.add("".join(re.escape(str(part.value)) if isinstance(part, ast.Constant) else ".+"
+                                 for part in node.values))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            patterns.add(re.escape(node.value))
+        elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            imported = path.with_name(f"{node.module}.py")
+            if imported.is_file() and imported not in seen:
+                patterns |= written_names(imported, seen | {path})
+    return patterns
+
+
+def notebook_problems(aid: str) -> list[str]:
+    from autograder.notebooks.build import notebook_path, sync
+    from autograder.notebooks.facts import stale_facts
+    path = notebook_path(aid)
+    if not path.is_file():
+        return [f"{aid}: the source notebook {path.relative_to(course_root())} is missing"]
+    assignment = load_course().assignment(aid)
+    stale = [f"{aid}: the source notebook says {said}: run `course sync {aid}`"
+             for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown"
+             for said in stale_facts(assignment, cell.source)]
+    changed = [c for c in sync(aid, write=False) if not c.startswith("markdown ")]  # stale facts: said above
+    if changed:
+        stale.append(f"{aid}: the source notebook is out of date in {', '.join(changed)}: run `course sync {aid}`")
+    return stale
+
+
+def release_problems(aid: str) -> list[str]:
+    from autograder.notebooks.build import verify
+    folder = course_root() / "release" / aid
+    if not folder.is_dir():
+        return [f"{aid}: no release yet: run `course release {aid}`"]
+    return [f"{problem} (run `course release {aid}`)" for problem in verify(aid, folder)]
+
+
+def graded_problems(aid: str, assignment: Assignment) -> list[str]:
+    """The reference solution graded full marks and the untouched release 0, without experiments."""
+    from autograder.grading.grade import grade_notebook
+    from autograder.notebooks.examples import release_notebook, write_solution
+    from autograder.reports.tables import lost_points
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="course-check-") as folder:
+        result = grade_notebook(write_solution(aid, folder), aid, device="cpu", experiments=False)
+        if result["score"] < result["max_score"]:
+            reasons, _ = lost_points(result, limit=3)
+            problems.append(f"{aid}: the reference solution scores {result['score']:g}/{result['max_score']:g}: "
+                            + "; ".join(reasons))
+        empty = Path(folder) / "release" / f"{aid}.ipynb"
+        empty.parent.mkdir()
+        nbformat.write(release_notebook(aid), empty)
+        result = grade_notebook(empty, aid, device="cpu", experiments=False)
+        if result["score"] > 0:
+            earned = [t["name"] for t in result["tests"] if t["score"] > 0]
+            problems.append(f"{aid}: the untouched release scores {result['score']:g}, expected 0 "
+                            f"({', '.join(earned[:5])})")
+    return problems
+
+
+STAGES = [("solution", solution_problems), ("suite", suite_problems), ("harness", harness_problems),
+          ("notebook", lambda aid, _: notebook_problems(aid)), ("release", lambda aid, _: release_problems(aid))]
+
+
+def problems_of(aid: str, grade: bool = False) -> list[str]:
+    """Every problem of one assignment, a line each; a stage that cannot run is one line, never a traceback."""
+    assignment = load_course().assignment(aid)
+    problems: list[str] = []
+    stages = STAGES + ([("grading", graded_problems)] if grade else [])
+    for stage, run in stages:
+        if stage == "grading" and problems:
+            problems.append(f"{aid}: not graded until the problems above are fixed")
+            break
+        try:
+            problems += run(aid, assignment)
+        except Exception as e:  # the author's code may be half written: say where, keep checking the rest
+            where = "".join(f" ({Path(f.filename).name}, line {f.lineno})" for f in
+                            inspect.trace()[-1:]) if inspect.trace() else ""
+            problems.append(f"{aid}: the {stage} could not be checked: {type(e).__name__}: {e}{where}")
+    return problems
+
+
+def check(aids=None, grade=False) -> int:
+    """`course check`: the problems of each assignment (all when none is named), then a summary; 0 when none."""
+    course = load_course()
+    aids = list(aids or course.assignments)
+    unknown = [aid for aid in aids if aid not in course.assignments]
+    if unknown:
+        print(f"error: not in course.yaml: {', '.join(unknown)} (it has {', '.join(course.assignments)})",
+              file=sys.stderr)
+        return 2
+    t0, total = time.monotonic(), 0
+    for aid in aids:
+        problems = problems_of(aid, grade)
+        total += len(problems)
+        for line in problems:
+            print(line, flush=True)
+        if not problems:
+            print(f"{aid}: ok", flush=True)
+    print(f"check: {total} problem(s) in {len(aids)} assignment(s) ({time.monotonic() - t0:.0f} s"
+          f"{'' if grade else ', not graded: --grade'})")
+    return 1 if total else 0

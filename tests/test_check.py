@@ -1,0 +1,88 @@
+"""`course check`: every assignment passes, and each kind of inconsistency an author makes is one line naming it;
+a figure changed in course.yaml reaches every place the notebook states it through `course sync`."""
+import shutil
+
+import nbformat
+import pytest
+import yaml
+
+from autograder import cli
+from autograder.course.config import ROOT, load_course
+from autograder.notebooks.facts import MARKED
+
+LAB = "lab14_transformers"
+PASS_MARK = ("experiments", "memory_task", "threshold", "test_accuracy", "min")
+
+
+def test_course_check_passes_for_every_assignment(capsys):
+    assert cli.main(["check"]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert all(f"{aid}: ok" in out for aid in load_course().assignments), out
+
+
+def course_copy(dest, edit):
+    """The course as an author's clone has it (course.yaml changed by `edit(raw)`), its solutions, notebooks and
+    release."""
+    raw = yaml.safe_load((ROOT / "course.yaml").read_text())
+    raw["data"]["mnist_dir"] = str(load_course().mnist_dir)
+    edit(raw)
+    dest.mkdir()
+    (dest / "course.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    shutil.copy(ROOT / "nbgrader_config.py", dest)
+    for folder in ("assignments", "solutions", "release"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def checked(course, monkeypatch, capsys, *args):
+    monkeypatch.setenv("COURSE_ROOT", str(course))
+    code = cli.main(["check", *args])
+    return code, [line for line in capsys.readouterr().out.splitlines() if not line.startswith("check:")]
+
+
+def lab(raw):
+    return raw["assignments"][LAB]
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda raw: lab(raw)["items"]["PositionalEncoding"].update(signature="(d_model, max_len=512, base=10000)"),
+     "lab14_transformers: solutions/lab14_transformers.py: 'PositionalEncoding' has parameters (d_model, max_len), "
+     "expected (d_model, max_len=512, base=10000) (course.yaml's signature)"),
+    (lambda raw: lab(raw)["items"]["make_memory_dataset"]["points"].update(values=1),
+     "lab14_transformers: 'make_memory_dataset' has values points in course.yaml, but no check in "
+     "test_lab14_transformers.py (@pytest.mark.item(\"make_memory_dataset\", \"values\"))"),
+    (lambda raw: lab(raw)["experiments"]["memory_task"].update(threshold={"test_acc": {"min": 0.99}}),
+     "lab14_transformers: experiment 'memory_task' names metric 'test_acc', which "
+     "autograder/harness/lab14_transformers.py never writes"),
+])
+def test_an_inconsistency_is_one_line_naming_it(tmp_path, monkeypatch, capsys, edit, says):
+    code, lines = checked(course_copy(tmp_path / "course", edit), monkeypatch, capsys, LAB)
+    assert code == 1 and says in lines, lines
+
+
+def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_path, monkeypatch, capsys):
+    def lower(raw):
+        bound = raw
+        for key in PASS_MARK[:-1]:
+            bound = bound[key] if key in bound else bound["assignments"][LAB][key]
+        bound["min"] = 0.97
+    course = course_copy(tmp_path / "course", lower)
+    source = course / "assignments" / LAB / f"{LAB}.ipynb"
+    said = [m for cell in nbformat.read(source, as_version=4).cells for m in MARKED.finditer(cell.source)]
+    assert len(said) >= 3 and {m["text"] for m in said if "test_accuracy" in m["key"]} <= {"99%", "0.99", "99"}
+    code, lines = checked(course, monkeypatch, capsys, LAB)
+    assert code == 1
+    assert f"{LAB}: the source notebook says '99%' where course.yaml gives '97%' " \
+           f"(experiments.memory_task.threshold.test_accuracy.min): run `course sync {LAB}`" in lines, lines
+    assert any("the source notebook is out of date in facts" in line for line in lines), lines
+    assert any(line.startswith(f"{LAB}: cell ") and "'99%' where course.yaml gives '97%'" in line
+               and line.endswith(f"(run `course release {LAB}`)") for line in lines), lines
+
+    assert cli.main(["sync", LAB]) == 0 and cli.main(["release", LAB]) == 0
+    capsys.readouterr()
+    for path in (source, course / "release" / LAB / f"{LAB}.ipynb"):
+        cells = nbformat.read(path, as_version=4).cells
+        text = "\n".join(cell.source for cell in cells)
+        assert "PASS_MARK = 0.97" in text and "0.99" not in text and "99%" not in text, path
+    code, lines = checked(course, monkeypatch, capsys, LAB)
+    assert code == 0 and lines == [f"{LAB}: ok"], lines
