@@ -11,7 +11,6 @@ from autograder.course.config import ROOT, load_course
 from autograder.notebooks.facts import MARKED
 
 LAB = "lab14_transformers"
-PASS_MARK = ("experiments", "memory_task", "threshold", "test_accuracy", "min")
 
 
 def test_course_check_passes_for_every_assignment(capsys):
@@ -62,10 +61,7 @@ def test_an_inconsistency_is_one_line_naming_it(tmp_path, monkeypatch, capsys, e
 
 def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_path, monkeypatch, capsys):
     def lower(raw):
-        bound = raw
-        for key in PASS_MARK[:-1]:
-            bound = bound[key] if key in bound else bound["assignments"][LAB][key]
-        bound["min"] = 0.97
+        lab(raw)["experiments"]["memory_task"]["threshold"]["test_accuracy"]["min"] = 0.97
     course = course_copy(tmp_path / "course", lower)
     source = course / "assignments" / LAB / f"{LAB}.ipynb"
     said = [m for cell in nbformat.read(source, as_version=4).cells for m in MARKED.finditer(cell.source)]
@@ -78,7 +74,11 @@ def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_pa
     assert any(line.startswith(f"{LAB}: cell ") and "'99%' where course.yaml gives '97%'" in line
                and line.endswith(f"(run `course release {LAB}`)") for line in lines), lines
 
-    assert cli.main(["sync", LAB]) == 0 and cli.main(["release", LAB]) == 0
+    assert cli.main(["sync", LAB]) == 0
+    code, lines = checked(course, monkeypatch, capsys, LAB)
+    assert code == 1 and any(line.startswith(f"{LAB}: the release is older than the source notebook (facts, ")
+                             for line in lines), lines
+    assert cli.main(["release", LAB]) == 0
     capsys.readouterr()
     for path in (source, course / "release" / LAB / f"{LAB}.ipynb"):
         cells = nbformat.read(path, as_version=4).cells

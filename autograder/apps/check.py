@@ -8,7 +8,7 @@ The fast form (the default, what CI runs) reads, runs nothing of the student's k
      figures name written in the harness (a misspelt metric is otherwise found only when grading runs);
   4. the source notebook: nothing `course sync` would change (stubs, points, rules, facts: notebooks/facts.py);
   5. the release: `course release`'s own verification (no hidden line leaks, every stub and test cell, points,
-     facts as course.yaml gives them).
+     facts as course.yaml gives them), and made from the source notebook as it is now.
 `--grade` also grades the reference solution (full marks) and the untouched release (0), without experiments.
 """
 import ast
@@ -132,11 +132,12 @@ def notebook_problems(aid: str) -> list[str]:
 
 
 def release_problems(aid: str) -> list[str]:
-    from autograder.notebooks.build import verify
+    from autograder.notebooks.build import release_behind, verify
     folder = course_root() / "release" / aid
-    if not folder.is_dir():
+    if not (folder / f"{aid}.ipynb").is_file():
         return [f"{aid}: no release yet: run `course release {aid}`"]
-    return [f"{problem} (run `course release {aid}`)" for problem in verify(aid, folder)]
+    problems = verify(aid, folder) + [line for line in [release_behind(aid, folder)] if line]
+    return [f"{problem} (run `course release {aid}`)" for problem in problems]
 
 
 def graded_problems(aid: str, assignment: Assignment) -> list[str]:

@@ -320,6 +320,27 @@ def solution_lines(aid):
     return lines
 
 
+def release_behind(aid, folder):
+    """The source notebook's cells that the release at `folder` does not show as they are now (the release was
+    made before a change to the source): '' when it is up to date, else a line naming them. Cells are matched by
+    id, which nbgrader keeps; a solution cell is compared by nothing (its stub is verify's), a test cell up to its
+    hidden region, which nbgrader drops."""
+    source = nbformat.read(notebook_path(aid), as_version=4)
+    released = {cell.get("id"): cell for cell in nbformat.read(Path(folder) / f"{aid}.ipynb", as_version=4).cells}
+    behind = []
+    for index, cell in enumerate(source.cells):
+        shown = released.get(cell.get("id"))
+        if nbgrader_meta(cell).get("solution") and shown is not None:
+            continue
+        if shown is None or shown.source.rstrip() != cell.source.split(HIDDEN_BEGIN)[0].rstrip():
+            behind.append(nbgrader_meta(cell).get("grade_id") or cell.metadata.get("course", {}).get("generated")
+                          or f"cell {index}")
+    if not behind:
+        return ""
+    return (f"{aid}: the release is older than the source notebook ({', '.join(behind[:6])}"
+            f"{f' and {len(behind) - 6} more' if len(behind) > 6 else ''})")
+
+
 def verify(aid, folder):
     """Problems with one assignment's release folder (empty list: safe)."""
     assignment = load_course().assignment(aid)
