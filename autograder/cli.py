@@ -286,6 +286,11 @@ def cmd_doctor(args):
     return doctor(quick=args.quick, device=args.device, aids=args.assignments)
 
 
+def cmd_new(args):
+    from autograder.apps.new import new
+    return new(args.assignment, args.experiment)
+
+
 def cmd_check(args):
     from autograder.apps.check import check
     return check(args.assignments, grade=args.grade)
@@ -420,6 +425,13 @@ def build_parser():
     s.add_argument("--workers", type=int, default=2, help="submissions graded at once (default 2)")
     add_debug(s)
     s.set_defaults(run=cmd_demo)
+
+    s = sub.add_parser("new", help="scaffold a new assignment from its reference module, solutions/ID.py: "
+                                   "course.yaml, notebook, hidden suite, harness, planted mistakes")
+    s.add_argument("assignment", metavar="ID", help="the new assignment's id (solutions/ID.py must exist)")
+    s.add_argument("--experiment", action="append", default=[], metavar="NAME:ITEM",
+                   help="a graded training run of ITEM (repeatable): course.yaml entry and harness skeleton")
+    s.set_defaults(run=cmd_new)
 
     s = sub.add_parser("check", help="is an assignment safe to hand out: solution, suite, harness, notebook and "
                                      "release agree with course.yaml (one line per problem)")

@@ -72,7 +72,8 @@ def test_an_experiment_then_its_assignment_then_the_course_decide():
 def test_the_graph_is_the_reference_codes_and_points_back_in_course_order(aid):
     assignment = COURSE.assignment(aid)
     graph = uses(aid, assignment)
-    assert {i: used for i, used in graph.items() if used} == GRAPH[aid]
+    if aid in GRAPH:  # pinned for the lectures' assignments; a new one (course new) is held to the order alone
+        assert {i: used for i, used in graph.items() if used} == GRAPH[aid]
     order = list(assignment.items)
     for item, used in graph.items():  # a regrade needs the items it may swap graded first
         assert all(order.index(u) < order.index(item) for u in used), (item, used)

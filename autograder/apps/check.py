@@ -1,6 +1,7 @@
 """`course check [ID ...]`: is an assignment safe to hand out? One line per problem, exit 1 when there is any.
 
 The fast form (the default, what CI runs) reads, runs nothing of the student's kind:
+  0. what `course new` left to write: each `TODO(course new)` in the assignment's files, one line each;
   1. the solution: every item of course.yaml in solutions/<id>.py, with course.yaml's signature and its methods;
   2. the suite: a check (`@pytest.mark.item(ITEM, KIND)`) for every kind an item has points for, and none for
      an item or kind course.yaml does not have;
@@ -163,7 +164,41 @@ def graded_problems(aid: str, assignment: Assignment) -> list[str]:
     return problems
 
 
-STAGES = [("solution", solution_problems), ("suite", suite_problems), ("harness", harness_problems),
+def unwritten(aid: str, assignment: Assignment) -> list[str]:
+    """Each place `course new` left for the author (TODO(course new)), as 'file:line: what to write'."""
+    from autograder.apps.new import PACKAGE, TODO
+    from autograder.notebooks.build import notebook_path
+    root = course_root()
+    lines = course_section(load_course().path.read_text(), aid)
+    found = [(f"course.yaml:{number}", text) for number, text in lines]
+    for path in (PACKAGE / "suites" / f"test_{aid}.py", PACKAGE / "harness" / f"{aid}.py",
+                 root / "tests" / "planted" / f"{aid}.py"):
+        if path.is_file():
+            shown = path.relative_to(PACKAGE.parent) if path.is_relative_to(PACKAGE.parent) else path
+            found += [(f"{shown}:{k}", line) for k, line in enumerate(path.read_text().splitlines(), 1)]
+    path = notebook_path(aid)
+    if path.is_file():
+        found += [(f"{path.relative_to(root)} cell {k}", line) for k, cell in
+                  enumerate(nbformat.read(path, as_version=4).cells) for line in cell.source.splitlines()]
+    said = [(where, re.sub(r"(<!--/fact-->|\"\)?)$", "", line.split(TODO, 1)[1].lstrip(": ").strip()))
+            for where, line in found if TODO in line and "<!--fact" not in line.split(TODO, 1)[0]]
+    return [f"{aid}: {where}: {text or 'to write'}" for where, text in said]
+
+
+def course_section(text: str, aid: str) -> list[tuple[int, str]]:
+    """(line number, line) of the assignment's section of course.yaml."""
+    lines = text.splitlines()
+    start = next((k for k, line in enumerate(lines) if line.rstrip() == f"  {aid}:"), None)
+    if start is None:
+        return []
+    end = next((k for k in range(start + 1, len(lines))
+                if lines[k].strip() and not lines[k].startswith("   ") and not lines[k].lstrip().startswith("#")),
+               len(lines))
+    return [(k + 1, lines[k]) for k in range(start, end)]
+
+
+STAGES = [("what is left to write", unwritten),
+          ("solution", solution_problems), ("suite", suite_problems), ("harness", harness_problems),
           ("notebook", lambda aid, _: notebook_problems(aid)), ("release", lambda aid, _: release_problems(aid))]
 
 

@@ -221,6 +221,13 @@ class Written(Strict):
     rubric: str = ""
 
 
+class DemoMistake(Strict):
+    """`course demo`'s typical mistake: `reference` in the item's solved cell becomes `wrong`."""
+    item: str
+    reference: str
+    wrong: str
+
+
 class Assignment(Strict):
     title: str
     lecture: str
@@ -234,9 +241,10 @@ class Assignment(Strict):
     # What `mask` means in this notebook's items, said in its rules cell beside the other notebooks'
     # (notebooks/rules.py): text for students, so no part of a grading's identity
     mask_convention: str = Field("", exclude=True)
-    # NAME: key, the constants of the notebook's facts cell (notebooks/facts.py): figures the demos share with the
-    # grader, written by `course sync`; the grader reads course.yaml itself, so no part of a grading's identity
+    # NAME: key, the constants of the facts cell `course sync` writes (notebooks/facts.py): text for students
     facts: dict[str, str] = Field({}, exclude=True)
+    # the demo's partly right submission makes it (none: half the items done, nothing wrong); grades nothing
+    demo_mistake: DemoMistake | None = Field(None, exclude=True)
     # The deadline and this assignment's late policy (over the course's `late:`): applied when a grade is read, so
     # no part of a grading's identity either; changing them regrades nothing
     due: datetime | None = Field(None, exclude=True)
@@ -260,6 +268,8 @@ class Assignment(Strict):
         bad = [gid for gid in self.written if not gid.startswith("answer_")]
         if bad:
             raise ValueError(f"written: {', '.join(map(repr, bad))}: a written answer's grade_id starts with answer_")
+        if self.demo_mistake and self.demo_mistake.item not in self.items:
+            raise ValueError(f"demo_mistake.item: '{self.demo_mistake.item}' is not an item of this assignment")
         for name, exp in self.experiments.items():
             exp.name = name
             if exp.item is not None and exp.item not in self.items:
@@ -439,13 +449,16 @@ def course_root() -> Path:
 
 
 @lru_cache(maxsize=4)
-def _load(path: str) -> Course:
+def _load(path: str, version: tuple[int, int]) -> Course:
     return parse_course(Path(path).read_text(), path)
 
 
 def load_course(path: str | Path | None = None) -> Course:
-    """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root())."""
-    return _load(str(Path(path or os.environ.get("COURSE_CONFIG") or course_root() / "course.yaml").resolve()))
+    """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root()); read again
+    once the file changes (`course new` adds to it, and its next step reads it)."""
+    resolved = Path(path or os.environ.get("COURSE_CONFIG") or course_root() / "course.yaml").resolve()
+    stat = resolved.stat() if resolved.exists() else None  # a missing file: parse_course's reading names it
+    return _load(str(resolved), (stat.st_mtime_ns, stat.st_size) if stat else (0, 0))
 
 
 def released_notebook(aid: str) -> Path:

@@ -8,13 +8,6 @@ from autograder.course.config import load_course, released_notebook
 from autograder.notebooks.build import item_cell
 from autograder.notebooks.cells import nbgrader_meta
 
-# One typical mistake per assignment for the demo's partly-right submission: (item, reference text, wrong text).
-TYPICAL_MISTAKES = {
-    "w8l1_attention_vision": ("score_scaled", "math.sqrt", "float"),
-    "w8l4_transformers": ("attention", "math.sqrt(d_k)", "1.0"),
-    "lab14_transformers": ("scaled_dot_product_attention", "math.sqrt(d_k)", "1.0"),
-}
-
 
 def release_notebook(aid, release_root=None):
     """The student's notebook: from `release_root`, else the course's release/ (an error naming it when missing)."""
@@ -58,9 +51,10 @@ def examples(aid, release_root=None):
     base = release_notebook(aid, release_root)
     items = list(assignment.items)
     half = items[: (len(items) + 1) // 2]
-    item, old, new = TYPICAL_MISTAKES[aid]
     partial = solved_sources(aid, half)
-    partial[item] = mutate(aid, item, old, new)
+    mistake = assignment.demo_mistake  # course.yaml's; without one, half done and nothing wrong
+    if mistake:
+        partial[mistake.item] = mutate(aid, mistake.item, mistake.reference, mistake.wrong)
     broken = solved_sources(aid)
     broken[items[0]] = broken[items[0]].replace("):", ")", 1)                 # a syntax error
     broken[items[-1]] = broken[items[-1]] + "\nimport os\nos._exit(3)\n"      # kills its own process

@@ -1,0 +1,338 @@
+"""`course new ID`: a new assignment scaffolded from the one file its author writes first, solutions/ID.py.
+
+Every public function and class of the reference module becomes a graded item. `course new` writes the rest, each
+place still to be written marked `TODO(course new)`, which `course check ID` lists one line each:
+  - course.yaml: the assignment's section (items with their signatures, methods and points; `--experiment` runs
+    with placeholder thresholds);
+  - assignments/ID/ID.ipynb: the source notebook, with an nbgrader-correct graded cell and test cell per item (the
+    stubs, the rules cell and the public-check helper are `course sync`'s, run at the end);
+  - autograder/suites/test_ID.py: a shapes and a values check per item, comparing with the reference on the cases
+    the author lists;
+  - autograder/harness/ID.py: the grader's training loop per experiment (only with `--experiment`);
+  - tests/planted/ID.py: two typical mistakes and a correct alternative per item, for the meta-tests.
+No shared file changes: every table the grader keeps per assignment is derived from these.
+"""
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from autograder.course.config import course_root, load_course
+from autograder.errors import ConfigError
+
+TODO = "TODO(course new)"
+PACKAGE = Path(__file__).resolve().parents[1]
+ID = re.compile(r"[a-z][a-z0-9_]*")
+POINTS = {"exists": 1, "shapes": 1, "values": 2}
+
+
+@dataclass
+class Found:
+    """A graded item as the reference module defines it."""
+    name: str
+    signature: str
+    methods: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_class(self) -> bool:
+        return self.name[:1].isupper()
+
+
+def signature_of(node: ast.FunctionDef, drop_self: bool) -> str:
+    args = node.args
+    if drop_self and args.args:
+        args = ast.arguments(posonlyargs=args.posonlyargs, args=args.args[1:], vararg=args.vararg,
+                             kwonlyargs=args.kwonlyargs, kw_defaults=args.kw_defaults, kwarg=args.kwarg,
+                             defaults=args.defaults[-(len(args.args) - 1):] if len(args.args) > 1 and args.defaults
+                             else [])
+    return f"({ast.unparse(args)})"
+
+
+def items_of(source: str) -> list[Found]:
+    """The module's public functions and classes, in order, with their signatures and public methods."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            found.append(Found(node.name, signature_of(node, drop_self=False)))
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+            init = methods.get("__init__")
+            found.append(Found(node.name, signature_of(init, drop_self=True) if init else "()",
+                               {name: signature_of(m, drop_self=True) for name, m in methods.items()
+                                if not name.startswith("_")}))
+    return found
+
+
+def setup_source(source: str) -> str:
+    """The setup cell: the module's imports, and its `# --- setup` section when it has one."""
+    lines = source.splitlines()
+    imports = [ast.get_source_segment(source, node) for node in ast.parse(source).body
+               if isinstance(node, (ast.Import, ast.ImportFrom))]
+    start = next((i for i, line in enumerate(lines) if line.startswith("# --- setup")), None)
+    end = next((i for i, line in enumerate(lines) if line.startswith("# --- end of setup")), None)
+    setup = lines[start + 1:end] if start is not None and end is not None else []
+    return "\n".join([*(line for line in imports if line), *([""] + setup if setup else [])])
+
+
+def yaml_section(aid: str, items: list[Found], experiments: dict[str, str]) -> str:
+    """The assignment's section of course.yaml, as text appended under `assignments:`."""
+    out = [f"  {aid}:",
+           f"    title: \"{TODO}: the assignment's title\"",
+           f"    lecture: \"{TODO}: the lecture it belongs to\"",
+           f"    notebook: assignments/{aid}/{aid}.ipynb",
+           "    items:"]
+    for item in items:
+        out.append(f"      {item.name}:")
+        out.append(f"        signature: {json.dumps(item.signature)}")
+        if item.methods:
+            out.append("        methods: {" + ", ".join(f"{m}: {json.dumps(s)}" for m, s in item.methods.items()) + "}")
+        out.append("        points: {" + ", ".join(f"{k}: {v}" for k, v in POINTS.items()) + "}")
+    if experiments:
+        out.append("    experiments:")
+    for name, item in experiments.items():
+        out += [f"      {name}:",
+                f"        item: {item}",
+                "        points: 2",
+                f"        description: \"{TODO}: what the run trains and what it measures\"",
+                "        metric: score",
+                f"        threshold: {{score: {{min: 0.5}}}}   # {TODO}: the pass mark, cleared by the reference on "
+                f"every seed with a margin",
+                f"        lecture: {{score: 0.5}}             # {TODO}: the lecture's measured figure",
+                "        steps: 100",
+                "        seeds: [0, 1]"]
+    return "\n".join(out) + "\n"
+
+
+def md(text: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_markdown_cell(text)
+
+
+def code(text: str, grade_id: str, solution: bool = False, points: float | None = None) -> nbformat.NotebookNode:
+    """A code cell with nbgrader's metadata: a setup cell, a graded (solution) cell or a test cell."""
+    meta = {"grade": points is not None, "grade_id": grade_id, "locked": not solution, "schema_version": 3,
+            "solution": solution, "task": False}
+    if points is not None:
+        meta["points"] = points
+    return nbformat.v4.new_code_cell(text, metadata={"nbgrader": meta})
+
+
+def notebook(aid: str, items: list[Found], setup: str) -> nbformat.NotebookNode:
+    """The source notebook: introduction, setup cells, then a section per item with its graded and test cell."""
+    total = f"<!--fact total_points-->{sum(POINTS.values()) * len(items)}<!--/fact-->"
+    table = "\n".join(f"| `{i.name}` | <!--fact points.{i.name}-->{sum(POINTS.values())}<!--/fact--> |" for i in items)
+    cells = [md(f"# <!--fact title-->{aid}<!--/fact-->\n\n{TODO}: the introduction: what the student builds, and "
+                f"why.\n\n| graded item | points |\n|---|---|\n{table}\n| **total** | **{total}** |"),
+             md("## 0. Setup\n\nRun the two cells below first: the imports, then the helper the test cells report "
+                "with."),
+             code(setup, "setup_imports"),
+             code("", "setup_checks")]
+    for k, item in enumerate(items, 1):
+        points = sum(POINTS.values())
+        cells += [md(f"## {k}. `{item.name}`\n\n{TODO}: the lecture's section that `{item.name}` implements.\n\n"
+                     f"### Your turn: `{item.name}` (graded, <!--fact points.{item.name}-->{points}<!--/fact--> "
+                     f"points)"),
+                  code("", item.name, solution=True),
+                  code(f"chk = PublicChecks('{item.name}', points={points})\n# {TODO}: public checks a student can "
+                       f"read: chk.check, chk.shape, chk.close, chk.device\nchk.done()", f"test_{item.name}",
+                       points=points)]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata.update({"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                        "language_info": {"name": "python"}})
+    return nb
+
+
+def suite(aid: str, items: list[Found]) -> str:
+    """The hidden suite: per item, the cases to list and a shapes and a values check against the reference."""
+    out = [f'"""Hidden checks of {aid}. PYTEST_DONT_REWRITE"""',
+           f"# {TODO}: say in the docstring which oracle each item is compared with", "",
+           "import pytest", "import torch", "",
+           "from autograder.grading.suite_api import (", "    check_close,", "    check_tensor,", "    copy_state,",
+           "    randn,  # noqa: F401 (for the cases)", "    reference,", "    tol,", ")",
+           "", f'ref = reference("{aid}")']
+    for item in items:
+        name = item.name
+        rule = "-" * (112 - len(name))
+        if item.is_class:
+            forward = item.methods.get("forward", "(x)")
+            out += ["", "", f"# --- {name} {rule}", "",
+                    f"def {name.lower()}_cases(rng):",
+                    f'    """(label, constructor arguments, forward arguments) that `{name}` is checked on."""',
+                    f"    # {TODO}: the cases {name} is checked on (shapes, dtypes, edge cases)",
+                    f"    # {name}{item.signature}, forward{forward}; e.g.",
+                    "    # yield \"d 8, x (2, 5, 8)\", (8,), (randn(rng, 2, 5, 8),)",
+                    "    yield from ()", "", "",
+                    f'@pytest.mark.item("{name}", "shapes")',
+                    f"def test_{name.lower()}_shapes(student, rng):",
+                    f"    for label, init, args in {name.lower()}_cases(rng):",
+                    "        student.case(label)",
+                    f'        model = student.new("{name}", *init)',
+                    f"        expected = ref.{name}(*init).eval()(*args)",
+                    '        student.method(model, "eval")',
+                    '        check_tensor("forward", expected, student.method(model, "forward", *args), '
+                    'device=student.device)', "", "",
+                    f'@pytest.mark.item("{name}", "values")',
+                    f"def test_{name.lower()}_values(student, rng):",
+                    f"    for label, init, args in {name.lower()}_cases(rng):",
+                    "        student.case(label)",
+                    f'        model = student.new("{name}", *init)',
+                    '        student.method(model, "eval")',
+                    "        weights = [randn(rng, *t.shape) / 4 if t.is_floating_point() else t  # none left at "
+                    "its init",
+                    "                   for t in student.state(model).values()]",
+                    "        student.load_state(model, weights)",
+                    f"        oracle = ref.{name}(*init).eval()  # {TODO}: a PyTorch module doing the same job",
+                    f'        copy_state("{name}", weights, oracle)',
+                    "        with torch.no_grad():",
+                    "            expected = oracle(*args)",
+                    '        check_close("forward", expected, student.method(model, "forward", *args),',
+                    '                    atol=tol(student, args[0].dtype), oracle="the reference with your weights",',
+                    '                    case=label)']
+        else:
+            out += ["", "", f"# --- {name} {rule}", "",
+                    f"def {name}_cases(rng):",
+                    f'    """(label, arguments) that `{name}` is checked on."""',
+                    f"    # {TODO}: the cases {name} is checked on (shapes, dtypes, edge cases)",
+                    f"    # {name}{item.signature}; e.g.",
+                    "    # yield \"x (2, 5) float64\", (randn(rng, 2, 5, dtype=torch.float64),)",
+                    "    yield from ()", "", "",
+                    f'@pytest.mark.item("{name}", "shapes")',
+                    f"def test_{name}_shapes(student, rng):",
+                    f"    for label, args in {name}_cases(rng):",
+                    "        student.case(label)",
+                    f'        check_tensor("{name}", ref.{name}(*args), student.call("{name}", *args), '
+                    f"device=student.device)", "", "",
+                    f'@pytest.mark.item("{name}", "values")',
+                    f"def test_{name}_values(student, rng):",
+                    f"    for label, args in {name}_cases(rng):",
+                    "        student.case(label)",
+                    f"        expected = ref.{name}(*args)  # {TODO}: a PyTorch oracle where one does the same job",
+                    f'        check_close("{name}", expected, student.call("{name}", *args), '
+                    f'atol=tol(student, args[0].dtype),',
+                    '                    oracle="the reference solution", case=label)']
+    return "\n".join(out) + "\n"
+
+
+def harness(aid: str, experiments: dict[str, str]) -> str:
+    """The grader's own training loop for each experiment: data, model, training with early stop, evaluation."""
+    out = [f'"""The graded training runs of {aid}: the grader\'s own data, loop and evaluation around the student\'s',
+           'parts (`parts`: the student\'s module in the sandbox; `ref`: the reference, for data)."""',
+           "import torch", "import torch.nn.functional as F", "",
+           "from .training import data_seeds, pass_marks, seeded, shuffled_rows, train_until", "",
+           f"BATCH, LR = 64, 1e-3   # {TODO}: the lecture's recipe"]
+    for name, item in experiments.items():
+        out += ["", "", f"def {name}_data(ref, cfg, seed, device):",
+                '    """Training and validation data on `device`, from the run\'s own seeds."""',
+                "    train_seed, val_seed, _ = data_seeds(seed)  # apart from the test data's",
+                f'    raise NotImplementedError(f"{TODO}: X, y, X_val, y_val from seeds {{train_seed}}, {{val_seed}}")',
+                "", "",
+                f"def {name}_model(parts, cfg, seed, device):",
+                f'    """The student\'s {item}, built from `seed` on `device`."""',
+                f"    return seeded(lambda: parts.{item}(), seed, device)  # {TODO}: its constructor arguments", "", "",
+                f"def {name}_train(model, parts, data, cfg, seed):",
+                '    """Adam, batch BATCH; validates as it goes and stops once the marks are cleared."""',
+                "    X, y = data['X'], data['y']",
+                "    rows = shuffled_rows(X.size(0), BATCH, torch.Generator().manual_seed(seed), X.device)",
+                "", "    def batch_loss(step):",
+                "        idx = rows(step)",
+                f"        return F.cross_entropy(model(X[idx]), y[idx])  # {TODO}: the lecture's loss",
+                "", "    def validate():",
+                f'        return {{"score": {name}_score(model, data["X_val"], data["y_val"])}}',
+                "", '    marks = pass_marks(cfg, {"score": 0.01})',
+                '    return train_until(model, batch_loss, cfg["steps"], LR, validate, marks)', "", "",
+                "@torch.no_grad()", f"def {name}_score(model, X, y):",
+                f'    """The metric course.yaml names for {name}."""',
+                f'    raise NotImplementedError("{TODO}: the score of model on (X, y)")', "", "",
+                f"def {name}_evaluate(model, ref, cfg, seed, device):",
+                '    """The figures course.yaml judges, on data the training never saw."""',
+                "    _, _, test_seed = data_seeds(seed)",
+                f'    raise NotImplementedError(f"{TODO}: the score on test data from seed {{test_seed}}")']
+    out += ["", "", "EXPERIMENTS = {"]
+    for name, item in experiments.items():
+        out += [f'    "{name}": dict(parts=["{item}"], data={name}_data, build={name}_model, train={name}_train,',
+                f"                evaluate={name}_evaluate),"]
+    return "\n".join(out + ["}"]) + "\n"
+
+
+def planted(aid: str, items: list[Found]) -> str:
+    """The meta-tests' planted mistakes: per item, two typical ones and a correct alternative, to be written."""
+    out = [f'"""Planted mistakes and correct alternatives for {aid} (tests/test_grading.py grades each).',
+           "", "A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell.", '"""',
+           "from tests.planted import attach_catches", "", "PLANTED = {"]
+    for item in items:
+        out += [f'    "{item.name}": {{',
+                '        "wrong": {',
+                f"            # {TODO}: two mistakes students make in `{item.name}`",
+                '            # "name": ("text of the reference cell", "the text as a student gets it wrong"),',
+                "        },",
+                '        "right": {',
+                f"            # {TODO}: a correct alternative written another way",
+                '            # "name": ("text of the reference cell", "the same done otherwise"),',
+                "        },", "    },"]
+    out += ["}", "", "# The checks that catch each planted mistake: exactly these fail, every other check passes.",
+            "CATCHES = {"]
+    out += [f'    "{item.name}": {{}},  # {TODO}: each mistake\'s checks, "name": {{"values"}}' for item in items]
+    return "\n".join(out + ["}", "attach_catches(PLANTED, CATCHES)"]) + "\n"
+
+
+def new(aid: str, experiments: list[str] = ()) -> int:
+    """Scaffold assignment `aid` from solutions/<aid>.py; prints what it wrote and what to do next."""
+    root = course_root()
+    course = load_course()
+    if not ID.fullmatch(aid):
+        raise ConfigError(f"'{aid}' is not an assignment id: lower case letters, digits and _, e.g. w9l2_vit")
+    if aid in course.assignments:
+        raise ConfigError(f"{aid} is already in course.yaml")
+    solution = root / "solutions" / f"{aid}.py"
+    if not solution.is_file():
+        raise ConfigError(f"write the reference module first: solutions/{aid}.py (its public functions and classes "
+                          f"become the graded items)")
+    source = solution.read_text()
+    items = items_of(source)
+    if not items:
+        raise ConfigError(f"solutions/{aid}.py defines no public function or class to grade")
+    runs = {}
+    for spec in experiments:
+        name, _, item = spec.partition(":")
+        if not ID.fullmatch(name) or item not in {i.name for i in items}:
+            raise ConfigError(f"--experiment {spec}: NAME:ITEM, with ITEM one of {', '.join(i.name for i in items)}")
+        runs[name] = item
+    files = {root / "assignments" / aid / f"{aid}.ipynb": None,
+             PACKAGE / "suites" / f"test_{aid}.py": suite(aid, items),
+             root / "tests" / "planted" / f"{aid}.py": planted(aid, items)}
+    if runs:
+        files[PACKAGE / "harness" / f"{aid}.py"] = harness(aid, runs)
+    there = [str(path) for path in files if path.exists()]
+    if there:
+        raise ConfigError(f"{aid}: these files exist already, and course new overwrites nothing: {', '.join(there)}")
+    course.path.write_text(insert_section(course.path.read_text(), yaml_section(aid, items, runs)))
+    for path, content in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content is None:
+            nbformat.write(notebook(aid, items, setup_source(source)), path)
+        else:
+            path.write_text(content)
+    from autograder.notebooks.build import sync
+    sync(aid)
+    print(f"{aid}: {len(items)} items ({', '.join(i.name for i in items)})" +
+          (f", experiments {', '.join(runs)}" if runs else ""))
+    for path in [course.path, *files]:
+        print(f"  wrote {path.relative_to(root) if path.is_relative_to(root) else path}")
+    print(f"next: `course check {aid}` lists what is left to write, one line each")
+    return 0
+
+
+def insert_section(text: str, section: str) -> str:
+    """course.yaml with `section` as its last assignment: at the end of `assignments:`, before the next top-level key
+    (and the comments above it) when there is one."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith("assignments:")), None)
+    if start is None:
+        raise ConfigError(f"{load_course().path} has no `assignments:` to add to")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in (" ", "\n", "#")), len(lines))
+    while end > start + 1 and lines[end - 1].startswith("#"):
+        end -= 1
+    head = "".join(lines[:end])
+    return head + ("" if head.endswith("\n") else "\n") + section + "".join(lines[end:])
