@@ -293,7 +293,9 @@ def cmd_new(args):
 
 def cmd_check(args):
     from autograder.apps.check import check
-    return check(args.assignments, grade=args.grade)
+    full = args.full
+    return check(args.assignments, grade=args.grade or full, planted=args.planted or full,
+                 mutations=args.mutations or (8 if full else 0), seeds=args.seeds or (4 if full else 0))
 
 
 def add_device(parser, default):
@@ -438,6 +440,13 @@ def build_parser():
     s.add_argument("assignments", nargs="*", metavar="ID", help="the assignments to check (default: all)")
     s.add_argument("--grade", action="store_true", help="also grade the reference solution (full marks) and the "
                    "release (0), without experiments: about a minute per assignment")
+    s.add_argument("--planted", action="store_true", help="grade each planted mistake (tests/planted/ID.py): it "
+                   "must lose points on its own item, by the checks named, and on no other")
+    s.add_argument("--mutations", type=int, default=0, metavar="N", help="grade up to N small edits of each item's "
+                   "reference cell; a check none of them fails is reported")
+    s.add_argument("--seeds", type=int, default=0, metavar="N", help="train every graded experiment with the "
+                   "reference on seeds 0..N-1: each bound cleared by experiments.min_margin")
+    s.add_argument("--full", action="store_true", help="all of the above: --grade --planted --mutations 8 --seeds 4")
     s.set_defaults(run=cmd_check)
 
     s = sub.add_parser("doctor", help="check this machine before grading: isolation, MNIST, device, cache, versions, "

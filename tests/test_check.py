@@ -1,5 +1,6 @@
 """`course check`: every assignment passes, and each kind of inconsistency an author makes is one line naming it;
 a figure changed in course.yaml reaches every place the notebook states it through `course sync`."""
+import re
 import shutil
 
 import nbformat
@@ -86,3 +87,47 @@ def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_pa
         assert "PASS_MARK = 0.97" in text and "0.99" not in text and "99%" not in text, path
     code, lines = checked(course, monkeypatch, capsys, LAB)
     assert code == 0 and lines == [f"{LAB}: ok"], lines
+
+
+# --- the slower stages: planted mistakes, mutations, seeds ---------------------------------------------------------
+
+def test_a_planted_mistake_that_costs_points_on_an_item_it_does_not_feed_is_named(tmp_path, monkeypatch, capsys):
+    course = course_copy(tmp_path / "course", lambda raw: None)
+    (course / "tests" / "planted").mkdir(parents=True)
+    (course / "tests" / "planted" / f"{LAB}.py").write_text(
+        '"""One planted mistake: a stray global in PositionalEncoding\'s cell shadows the `math` that '
+        'scaled_dot_product_attention, an item it does not feed, uses."""\n'
+        'PLANTED = {"PositionalEncoding": {"wrong": {"stray_global": ("class PositionalEncoding", '
+        '"math = None\\n\\n\\nclass PositionalEncoding")}, "right": {}}}\n')
+    code, lines = checked(course, monkeypatch, capsys, LAB, "--planted")
+    assert code == 1
+    assert f"{LAB}: planted mistake 'PositionalEncoding/stray_global' costs points on "  \
+           f"'scaled_dot_product_attention', which does not use 'PositionalEncoding'" in lines, lines
+    assert f"{LAB}: 'EncoderBlock' has no planted mistake in tests/planted/{LAB}.py" in lines, lines
+    assert not [line for line in lines if "keeps full marks" in line], lines  # its own item uses math too
+
+
+def test_a_check_that_no_mutation_of_the_reference_fails_is_named(monkeypatch):
+    from autograder.apps.check_deep import mutation_problems
+    from autograder.grading.suite_files import suite_checks
+    assignment, item = load_course().assignment(LAB), "make_memory_dataset"
+    said = f"{LAB}: '{item}: properties' fails for none of the 4 mutations"
+    assert not [p for p in mutation_problems(LAB, assignment, 4, items=[item]) if p.startswith(said)]
+    module, checks = suite_checks(LAB)
+    for name in checks[(item, "properties")]:  # the check made a no-op, as a careless edit of the suite would
+        def does_nothing(student, rng):
+            pass
+        does_nothing.pytestmark = getattr(module, name).pytestmark
+        monkeypatch.setattr(module, name, does_nothing)
+    problems = mutation_problems(LAB, assignment, 4, items=[item])
+    assert [p for p in problems if p.startswith(said)], problems
+
+
+def test_a_threshold_cleared_by_less_than_the_minimum_margin_is_named(tmp_path, monkeypatch, capsys):
+    def demanding(raw):
+        raw["experiments"]["min_margin"] = 0.5
+    code, lines = checked(course_copy(tmp_path / "course", demanding), monkeypatch, capsys, LAB, "--seeds", "1")
+    assert code == 1 and len(lines) == 1, lines
+    assert re.fullmatch(rf"{LAB}: experiment 'memory_task': the reference's test_accuracy is 0\.99\d* on seed 0, "
+                        r"\+0\.0\d+ from its bound \(>= 0\.99\); course\.yaml asks at least 0\.5 "
+                        r"\(experiments\.min_margin\)|.* is 1 on seed 0, \+0\.01 from .*", lines[0]), lines

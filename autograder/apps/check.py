@@ -10,7 +10,8 @@ The fast form (the default, what CI runs) reads, runs nothing of the student's k
   4. the source notebook: nothing `course sync` would change (stubs, points, rules, facts: notebooks/facts.py);
   5. the release: `course release`'s own verification (no hidden line leaks, every stub and test cell, points,
      facts as course.yaml gives them), and made from the source notebook as it is now.
-`--grade` also grades the reference solution (full marks) and the untouched release (0), without experiments.
+`--grade` also grades the reference solution (full marks) and the untouched release (0), without experiments;
+`--planted`, `--mutations N` and `--seeds N` run the slower stages of check_deep.py, `--full` all of them.
 """
 import ast
 import importlib
@@ -202,13 +203,18 @@ STAGES = [("what is left to write", unwritten),
           ("notebook", lambda aid, _: notebook_problems(aid)), ("release", lambda aid, _: release_problems(aid))]
 
 
-def problems_of(aid: str, grade: bool = False) -> list[str]:
+def problems_of(aid: str, grade: bool = False, planted: bool = False, mutations: int = 0,
+                seeds: int = 0) -> list[str]:
     """Every problem of one assignment, a line each; a stage that cannot run is one line, never a traceback."""
+    from autograder.apps import check_deep
     assignment = load_course().assignment(aid)
     problems: list[str] = []
-    stages = STAGES + ([("grading", graded_problems)] if grade else [])
+    stages = STAGES + ([("grading", graded_problems)] if grade else []) + (
+        [("planted mistakes", check_deep.planted_problems)] if planted else []) + (
+        [("mutations", lambda aid, a: check_deep.mutation_problems(aid, a, mutations))] if mutations else []) + (
+        [("seeds", lambda aid, a: check_deep.seed_problems(aid, a, seeds))] if seeds else [])
     for stage, run in stages:
-        if stage == "grading" and problems:
+        if stage in ("grading", "planted mistakes", "mutations", "seeds") and problems:
             problems.append(f"{aid}: not graded until the problems above are fixed")
             break
         try:
@@ -220,7 +226,7 @@ def problems_of(aid: str, grade: bool = False) -> list[str]:
     return problems
 
 
-def check(aids=None, grade=False) -> int:
+def check(aids=None, grade=False, planted=False, mutations=0, seeds=0) -> int:
     """`course check`: the problems of each assignment (all when none is named), then a summary; 0 when none."""
     course = load_course()
     aids = list(aids or course.assignments)
@@ -231,12 +237,14 @@ def check(aids=None, grade=False) -> int:
         return 2
     t0, total = time.monotonic(), 0
     for aid in aids:
-        problems = problems_of(aid, grade)
+        problems = problems_of(aid, grade, planted, mutations, seeds)
         total += len(problems)
         for line in problems:
             print(line, flush=True)
         if not problems:
             print(f"{aid}: ok", flush=True)
+    slower = [flag for flag, on in (("--grade", grade), ("--planted", planted), ("--mutations", mutations),
+                                    ("--seeds", seeds)) if not on]
     print(f"check: {total} problem(s) in {len(aids)} assignment(s) ({time.monotonic() - t0:.0f} s"
-          f"{'' if grade else ', not graded: --grade'})")
+          f"{f'; not run: {chr(32).join(slower)} (--full)' if slower else ''})")
     return 1 if total else 0

@@ -98,6 +98,8 @@ class Budgets(Strict):
     close: float = Field(0.2, ge=0)
     # a run validates from this fraction of the step at which the reference cleared its marks (0: from the start)
     validate_from: float = Field(0.5, ge=0, le=1)
+    # `course check --seeds`: the reference must clear every bound by this much on each seed (no grading reads it)
+    min_margin: float = Field(0.005, ge=0, exclude=True)
 
     def hopeless_rule(self, after: float | None = None, validate_from: float | None = None) -> dict[str, float]:
         """The rule as the harness's training reads it (cfg["hopeless"]); `after`, `validate_from`: an experiment's

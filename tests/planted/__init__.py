@@ -3,9 +3,7 @@ graded in (tests/test_grading.py, tools/device_planted.py, tools/mutate_checks.p
 reasons a check is not isolated yet."""
 import importlib
 
-from autograder.course.config import load_course
-from autograder.grading.dependencies import closure, uses
-from autograder.notebooks.examples import mutate
+from autograder.grading.planted import dependents, packed, variant_source  # noqa: F401 (the meta-tests' helpers)
 from autograder.reports.tables import item_summary
 
 # Why a check is not isolated yet (a reason, not an excuse: each is work left).
@@ -53,33 +51,6 @@ def planted(aid):
     return getattr(planted_module(aid), "PLANTED", {})
 
 
-def variant_source(aid, item, variant):
-    """A planted variant's cell: an (old, new) edit of the reference cell, or a whole cell."""
-    return mutate(aid, item, *variant) if isinstance(variant, tuple) else variant
-
-
-def dependents(aid):
-    """item -> the items whose reference code or checks use it, directly or through others (the grader's graph,
-    autograder/grading/dependencies.py)."""
-    assignment = load_course().assignment(aid)
-    graph = uses(aid, assignment)
-    return {item: {j for j in assignment.items if item in closure(graph, {j})} for item in assignment.items}
-
-
 def rounds(aid):
     """Planted wrong variants packed into rounds whose items neither share nor feed each other's dependents."""
-    deps = dependents(aid)
-    pending = [(item, name, v) for item, spec in planted(aid).items() for name, v in spec["wrong"].items()]
-    out = []
-    while pending:
-        taken, reach, rest = [], set(), []
-        for item, name, v in pending:
-            mine = {item} | deps[item]
-            if mine & reach or any(item == t[0] for t in taken):
-                rest.append((item, name, v))
-            else:
-                taken.append((item, name, v))
-                reach |= mine
-        out.append(taken)
-        pending = rest
-    return out
+    return packed(aid, [(item, name, v) for item, spec in planted(aid).items() for name, v in spec["wrong"].items()])
