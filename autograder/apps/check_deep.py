@@ -6,7 +6,7 @@ of an assignment able to fail, on its own item only, and does the reference clea
   - mutations: up to N small edits of each item's reference cell (an operator swapped, a constant moved, a sign
     dropped) are graded; a check that none of them fails is reported: it would pass wrong code of that kind too;
   - seeds: every graded experiment trained with the reference on seeds 0..N-1, each bound cleared by at least
-    course.yaml's `experiments.min_margin`.
+    course.yaml's `experiments.min_margin`, in at most half its time limit.
 """
 import ast
 import tempfile
@@ -146,11 +146,16 @@ def mutation_problems(aid: str, assignment: Assignment, limit: int, items: list[
 def seed_problems(aid: str, assignment: Assignment, seeds: int) -> list[str]:
     """Each graded experiment's bounds cleared by the reference with course.yaml's minimum margin, on seeds 0..N-1."""
     from autograder.grading.experiments import run_reference
-    margin = load_course().experiments.min_margin
-    problems = []
+    course = load_course()
+    margin, problems = course.experiments.min_margin, []
     for name, exp in assignment.experiments.items():
+        limit = course.limits_for(aid, exp.item).experiment_seconds if exp.item else None
         for seed in range(seeds) if exp.graded else ():
-            metrics = run_reference(aid, name, seed=seed).metrics
+            run = run_reference(aid, name, seed=seed)
+            metrics = run.metrics
+            if limit and run.seconds > limit / 2:  # a loaded grader, or a slower one, would run out of time
+                problems.append(f"{aid}: experiment '{name}' took the reference {run.seconds:.0f} s on seed {seed}, "
+                                f"more than half its {limit:g} s limit (limits.experiment_seconds)")
             for key, bound in exp.threshold.items():
                 value = metrics.get(key)
                 if value is None:
