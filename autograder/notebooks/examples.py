@@ -1,4 +1,5 @@
 """Example submissions made from the release: complete, empty, partly right, broken (demo and meta-tests)."""
+import ast
 import copy
 from pathlib import Path
 
@@ -38,11 +39,36 @@ def write_solution(aid, folder):
 
 
 def mutate(aid, item, old, new):
-    """The reference cell of `item` with one piece of text changed (a planted mistake)."""
+    """The reference cell of `item` with one piece of its code changed (a planted mistake): the first `old` outside
+    the docstrings, which may quote the same code (`nn.GRU(d, d // 2, ...)`) and are no part of what runs."""
     source = item_cell(aid, item, solved=True)
-    if old not in source:
-        raise ValueError(f"{aid}.{item}: '{old}' is not in the reference cell; update the planted mistake")
-    return source.replace(old, new, 1)
+    quoted = docstring_spans(source)
+    at = next((k for k in _occurrences(source, old) if not any(a <= k < b for a, b in quoted)), -1)
+    if at < 0:
+        raise ValueError(f"{aid}.{item}: '{old}' is not in the reference cell's code; update the planted mistake")
+    return source[:at] + new + source[at + len(old):]
+
+
+def _occurrences(text, part):
+    at = text.find(part)
+    while at >= 0:
+        yield at
+        at = text.find(part, at + 1)
+
+
+def docstring_spans(source):
+    """(start, end) character offsets of every docstring in the source."""
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            doc = body[0]
+            spans.append((starts[doc.lineno - 1] + doc.col_offset, starts[doc.end_lineno - 1] + doc.end_col_offset))
+    return spans
 
 
 def examples(aid, release_root=None):
