@@ -163,8 +163,10 @@ def seed_problems(aid: str, assignment: Assignment, seeds: int) -> list[str]:
                     continue
                 room = min(value - bound.min if bound.min is not None else float("inf"),
                            bound.max - value if bound.max is not None else float("inf"))
-                if room < margin:
+                wanted, said = ((exp.min_margin[key], f"its min_margin.{key}") if key in exp.min_margin
+                                else (margin, "experiments.min_margin"))
+                if room < wanted:
                     problems.append(f"{aid}: experiment '{name}': the reference's {key} is {value:.4g} on seed "
                                     f"{seed}, {room:+.3g} from its bound ({bound}); course.yaml asks at least "
-                                    f"{margin:g} (experiments.min_margin)")
+                                    f"{wanted:g} ({said})")
     return problems

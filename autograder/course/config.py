@@ -140,6 +140,7 @@ class Experiment(Strict):
     dependencies: Dependencies | None = None  # None: the assignment's
     hopeless_after: float | None = Field(None, ge=1)  # None: the course's `experiments.hopeless_after`
     validate_from: float | None = Field(None, ge=0, le=1)  # None: the course's `experiments.validate_from`
+    min_margin: dict[str, float] = Field({}, exclude=True)  # metric -> its own `course check --seeds` margin
     name: str = ""
     _hopeless: dict[str, float] = PrivateAttr(default_factory=lambda: Budgets().hopeless_rule())  # the course's
 
@@ -223,8 +224,7 @@ class Written(Strict):
     rubric: str = ""
 
 
-class DemoMistake(Strict):
-    """`course demo`'s typical mistake: `reference` in the item's solved cell becomes `wrong`."""
+class DemoMistake(Strict):  # `course demo`'s typical mistake: `reference` in the item's solved cell becomes `wrong`
     item: str
     reference: str
     wrong: str
