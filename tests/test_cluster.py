@@ -80,8 +80,11 @@ class DaskCluster:
 
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory):
+    return graded_serially(tmp_path_factory.mktemp("serial"))
+
+
+def graded_serially(tmp):
     """The class graded with --workers 1: (submissions folder, CSV text, results)."""
-    tmp = tmp_path_factory.mktemp("serial")
     subs = make_class(tmp / "subs")
     done = course_grade(subs, "--workers", "1", "--csv", tmp / "s.csv", "--json", tmp / "s.json")
     assert done.returncode == 0, done.stderr

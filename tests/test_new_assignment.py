@@ -1,9 +1,9 @@
 """A fourth assignment, the way an instructor adds one (docs/AUTHORING.md): the reference module first, then `course
 new`, then what `course check` lists, in a copy of the course. The author's work is tests/worked_example/: the
 reference (solution.py), what they typed over the placeholders (edits.yaml) and the suite, harness and planted
-mistakes as they ended. The copy is graded as the course's own assignments are: `course check --grade`, the
-release, and the meta-tests of tests/test_grading.py (reference full marks, each planted mistake on its own item,
-a model that cannot learn losing its experiment)."""
+mistakes as they ended. The copy is checked and graded as the course's own assignments are: `course check`, the
+release, and the meta-tests of tests/test_grading.py (reference full marks, the release 0, each planted mistake on
+its own item, a model that cannot learn losing its experiment)."""
 import difflib
 import re
 import subprocess
@@ -101,13 +101,15 @@ def test_a_fourth_assignment_from_its_reference_to_graded(tmp_path):
     said = re.search(r"wrote (\d+) files and (\d+) lines", (ROOT / "docs" / "AUTHORING.md").read_text())
     assert said and (int(said[1]), int(said[2])) == (len(written), lines), (written, lines)
 
-    # 3. checked, released, graded: nothing left, reference full marks, release 0
+    # 3. checked and released: nothing left (the grading `course check --grade` would add, reference full marks and
+    # release 0, is the meta-tests' below)
     course(["sync", AID], copy)
     course(["release", AID], copy)
-    out = course(["check", AID, "--grade"], copy).stdout
+    out = course(["check", AID], copy).stdout
     assert f"{AID}: ok" in out, out
 
-    # 4. the meta-tests, on the new assignment: planted mistakes on their own items, correct alternatives, training
+    # 4. the meta-tests, on the new assignment: reference full marks, the release 0, planted mistakes on their own
+    # items, correct alternatives, training
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_grading.py", "-k", AID, "-q", "-x",
                            "-p", "no:cacheprovider", "-n", "0"], cwd=copy, capture_output=True, text=True,
                           timeout=900)

@@ -29,6 +29,28 @@ NAME = "course-grader"
 # worker dies, only the grading it was running is counted against (distributed.scheduler.allowed-failures), and
 # not the innocent ones queued behind it.
 SCHEDULER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0}
+# Defaults a site's own Dask configuration overrides: a worker silent for two minutes hangs (stopped, swapped to
+# death: its event loop heartbeats every half second, as the grading runs in a thread and the student's code in a
+# sandbox), so its nanny restarts it and its grading runs elsewhere, where Dask's default would wait five minutes.
+SCHEDULER_DEFAULTS = {"distributed.scheduler.worker-ttl": "120s"}
+
+
+def nested(settings):
+    """{"a.b.c": v} as Dask's nested configuration {"a": {"b": {"c": v}}}."""
+    tree = {}
+    for key, value in settings.items():
+        *path, last = key.split(".")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return tree
+
+
+def scheduler_env():
+    """The scheduler's settings as the environment of a scheduler started elsewhere (a pod): DASK_A__B_C is a.b-c."""
+    return {f"DASK_{key.upper().replace('.', '__').replace('-', '_')}": str(value)
+            for key, value in {**SCHEDULER_CONFIG, **SCHEDULER_DEFAULTS}.items()}
 
 
 def worker_env(threads):
@@ -62,7 +84,7 @@ def jobqueue_cluster(kind, gpus=0, threads=THREADS_PER_WORKER, **more):
     env = worker_env(threads)
     # cores=workers: Dask's threads per worker are cores/processes, and a worker grades one submission at a time;
     # the CPUs the job asks for are the gradings' threads (job_cpu, resource_spec)
-    options = dict(cores=workers, processes=workers, memory=memory, name=NAME,
+    options = dict(cores=workers, processes=workers, memory=memory, name=NAME, job_name=NAME,
                    walltime=dask.config.get("course.walltime", None) or WALLTIME,
                    job_script_prologue=[*(site("job-script-prologue") or []),
                                         *(f"export {k}={v}" for k, v in env.items())],
@@ -100,7 +122,7 @@ def kubernetes_spec(jobs, gpus=1, threads=THREADS_PER_WORKER, image=None):
               "ports": [{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}]}
     health = {"httpGet": {"port": "http-dashboard", "path": "/health"}}
     scheduler = {"name": "scheduler", "image": image, "args": ["dask", "scheduler", "--host", "0.0.0.0"],
-                 "env": env({"DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}),
+                 "env": env(scheduler_env()),
                  "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
                  "ports": [{"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
                            {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"}],
@@ -128,6 +150,7 @@ def start_cluster(kind, jobs=1, gpus=0):
     """A started cluster of `jobs` jobs (or pods, or local workers); the caller closes it."""
     import dask
     dask.config.set(SCHEDULER_CONFIG)  # the scheduler of local and jobqueue clusters runs in this process
+    dask.config.update_defaults(nested(SCHEDULER_DEFAULTS))  # replaces Dask's default only, never the site's setting
     if kind == "local":
         return local_cluster(jobs)
     threads = int(dask.config.get("course.threads", None) or THREADS_PER_WORKER)  # DASK_COURSE__THREADS=2

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.batch.identity import identity_here, parts_here
+from autograder.batch.identity import file_digest, identity_here, parts_here
 from autograder.batch.results import claimed, grading_identity
 from autograder.batch.run import failed_result, grade_batch
 from autograder.errors import ConfigError
@@ -97,7 +97,7 @@ def dask_client(where, aid, say):
         cluster = start_cluster(where.cluster, where.jobs, where.gpus_per_job)
         client = distributed.Client(cluster)
     try:
-        client.register_plugin(WarmWorker([aid]))  # on every worker, and on each that joins later
+        install(client, WarmWorker([aid]))
         link = _dashboard(client)
         say(f"cluster: {client.scheduler.address}" + (f"; dashboard: {link}" if link else ""))
         yield client
@@ -105,6 +105,18 @@ def dask_client(where, aid, say):
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def install(client, plugin, tries=3):
+    """Register a worker plugin: on every worker, and on each that joins later. A worker that dies as it reaches it
+    gets it from the scheduler as its nanny restarts it, so the registration is tried again, not given up."""
+    for attempt in range(1, tries + 1):
+        try:
+            return client.register_plugin(plugin)
+        except OSError as e:  # distributed's CommClosedError: a worker, or the link to it, gone mid-registration
+            if attempt == tries:
+                raise ConfigError(f"the Dask cluster lost workers {tries} times while the grader was installed on them "
+                                  f"({e}): look at why its workers die (their logs; memory, the batch system)") from e
 
 
 def _dashboard(client):
@@ -143,8 +155,7 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
     results, todo, done = {}, [], 0
     for name, notebook in submissions:
         notebook = Path(notebook)
-        data = notebook.read_bytes() if notebook.is_file() else None
-        sha = hashlib.sha256(data).hexdigest() if data is not None else ""
+        sha = file_digest(notebook)  # read and let go: a class's notebooks are read again one at a time, as sent
         if results_dir is not None:
             with claimed(results_dir, name) as entry:
                 found = entry.without_grading(grading_identity(aid, sha, items, grader), parts, aid, notebook)
@@ -154,23 +165,26 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
                 if progress:
                     progress(done, len(submissions), name, *found)
                 continue
-        todo.append((name, notebook, data, sha))
+        todo.append((name, notebook))
     todo.reverse()  # popped from the end: in the order given
     in_flight, submits, run = {}, {}, uuid.uuid4().hex[:8]  # run: this batch's keys and events, not another's
     try:
         while todo or in_flight:
-            while todo and len(in_flight) < _slots(client):
-                name, notebook, data, sha = job = todo.pop()
+            slots = _slots(client) if todo else 0  # asked once a pass: a round trip to the scheduler
+            while todo and len(in_flight) < slots:
+                name, notebook = todo.pop()
+                data = notebook.read_bytes() if notebook.is_file() else None
+                sha = hashlib.sha256(data).hexdigest() if data is not None else ""  # what is sent is what is stored
                 submits[name] = submits.get(name, 0) + 1
                 future = client.submit(grade_bytes, name, notebook.name, data, sha, aid, items, device, grader,
                                        key=f"grade-{name}-{sha[:16]}-{run}-{submits[name]}", pure=False,
                                        resources=resources)
-                in_flight[future] = job
+                in_flight[future] = name, notebook, sha  # not the bytes: Dask holds them while it must
             finished = _wait_first(in_flight)
             for future in finished:
-                name, notebook, data, sha = job = in_flight.pop(future)
+                name, notebook, sha = in_flight.pop(future)
                 if _innocent_bystander(client, future, f"grade-{name}-{sha[:16]}-{run}-", submits[name]):
-                    todo.append(job)
+                    todo.append((name, notebook))
                     continue
                 result, how = _outcome(future, aid, name), "graded"
                 if results_dir is not None:

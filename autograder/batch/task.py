@@ -9,7 +9,7 @@ does; the student's code never runs in the worker's process.
 A worker is warmed once (WarmWorker, a Dask WorkerPlugin), as a local pool worker is (batch/worker.py): its GPU
 claimed, its thread count set explicitly (Dask's nanny sets OMP_NUM_THREADS=1 in every worker), its zygote started
 with that count, then torch and the grader imported while the zygote imports torch, and the data read, so that a
-task pays for none of it.
+task pays for none of it. It dies with its parent, even while stopped (die_with_parent).
 """
 import fcntl
 import hashlib
@@ -64,6 +64,21 @@ def claim_gpu():
                        f"machine: start one worker per GPU (--nworkers equal to the GPUs of the job)")
 
 
+def die_with_parent():
+    """Have the kernel SIGKILL this worker when its parent (its nanny; with --cluster local, the coordinator) dies.
+    Dask's own watch of the parent is a thread of the worker, which cannot run while the worker hangs (stopped,
+    swapped out): a coordinator killed then would leave it, and the sandbox it holds, behind for good."""
+    import ctypes
+    import signal
+    import sys
+    if sys.platform != "linux":
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the signal was set
+        os._exit(1)
+
+
 def warm(assignments=None):
     """Everything a grading needs that does not depend on the submission, once per worker process: as a pool
     worker warms (batch/worker.py: threads, then the zygote, then the grader), then harnesses and data."""
@@ -89,13 +104,22 @@ class WarmWorker(WorkerPlugin):
     def __init__(self, assignments=None):
         self.assignments = assignments
 
-    def setup(self, worker):
-        warm(self.assignments)
+    async def setup(self, worker):
+        await warmed(self.assignments)
 
 
-def dask_setup(worker):
+async def warmed(assignments=None):
+    """warm() in a thread, so that the worker's event loop goes on heartbeating: a warm-up that takes minutes (torch
+    imported on a loaded node) is not taken for a hang (clusters.py's worker-ttl); the parent-death signal is set
+    first, on the event loop's thread, which lives as long as the worker (the kernel keeps it per thread)."""
+    import asyncio
+    die_with_parent()
+    await asyncio.to_thread(warm, assignments)
+
+
+async def dask_setup(worker):
     """`dask worker --preload autograder.batch.task`: warm the worker as it starts."""
-    warm()
+    await warmed()
 
 
 def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
