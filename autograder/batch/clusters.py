@@ -27,12 +27,20 @@ NAME = "course-grader"
 
 # The scheduler hands a worker only the tasks it can run now (one: --nthreads 1), never a queue of its own: when a
 # worker dies, only the grading it was running is counted against (distributed.scheduler.allowed-failures), and
-# not the innocent ones queued behind it.
-SCHEDULER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0}
-# Defaults a site's own Dask configuration overrides: a worker silent for two minutes hangs (stopped, swapped to
-# death: its event loop heartbeats every half second, as the grading runs in a thread and the student's code in a
-# sandbox), so its nanny restarts it and its grading runs elsewhere, where Dask's default would wait five minutes.
-SCHEDULER_DEFAULTS = {"distributed.scheduler.worker-ttl": "120s"}
+# not the innocent ones queued behind it; and nothing to steal.
+SCHEDULER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0, "distributed.scheduler.work-stealing": False}
+# Defaults a site's own Dask configuration overrides:
+# - a worker silent for two minutes hangs (stopped, swapped to death: its event loop heartbeats every half second, as
+#   the grading runs in a thread and the student's code in a sandbox), so its nanny restarts it and its grading runs
+#   elsewhere, where Dask's default would wait five minutes;
+# - Dask's own watches poll less often: the coordinator holds the scheduler (and, with --cluster local, the nannies),
+#   whose 20 ms event-loop ticks, 100 ms memory checks and 500 ms system samples took 3.6% of a core on a 2-core
+#   machine, and each worker profiles its threads every 10 ms, which a grading does not need: a grading is a
+#   minute, not a task of milliseconds (benchmarks/RESULTS.md, "A class on Dask with faults").
+SCHEDULER_DEFAULTS = {"distributed.scheduler.worker-ttl": "120s", "distributed.admin.tick.interval": "1s",
+                      "distributed.admin.system-monitor.interval": "5s",
+                      "distributed.worker.memory.monitor-interval": "1s",
+                      "distributed.worker.profile.enabled": False}
 
 
 def nested(settings):

@@ -200,6 +200,17 @@ def record_submission_times(rows, times, results_dir):
                 atomic_write(entry.out, json.dumps(saved, indent=1))
 
 
+def held(result):
+    """The result as a coordinator keeps it until the class's table is printed, every string interned: the texts a
+    class repeats (test names, keys, the same reason for the same mistake) are held once, not once per submission,
+    so that its memory grows with what differs between submissions, not with the class."""
+    if isinstance(result, dict):
+        return {sys.intern(key): held(value) for key, value in result.items()}
+    if isinstance(result, list):
+        return [held(value) for value in result]
+    return sys.intern(result) if isinstance(result, str) else result
+
+
 def read_result(path):
     """The saved result at path, or {} (none, unreadable, or not a result)."""
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from autograder.batch import worker
 from autograder.batch.identity import file_digest, identity_here, parts_here
-from autograder.batch.results import claimed, grading_identity
+from autograder.batch.results import claimed, grading_identity, held
 from autograder.errors import setup_problem
 from autograder.sandbox.zygote import ZYGOTE, experiments_at_once, threads_per_worker
 
@@ -159,8 +159,9 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
         threads = threads_per_worker(workers)
         worker.warm(threads)
         for done, (name, nb) in enumerate(submissions, 1):
-            results[name], how = grade_one(name, nb, aid, items, device, results_dir, threads,
-                                           at_once=experiments_at_once(workers))
+            result, how = grade_one(name, nb, aid, items, device, results_dir, threads,
+                                    at_once=experiments_at_once(workers))
+            results[name] = held(result)
             if progress:
                 progress(done, len(submissions), name, results[name], how)
         return [(name, results[name]) for name, _ in submissions]
@@ -168,7 +169,8 @@ def grade_batch(submissions, aid, items=None, device="auto", workers=1, results_
         futures = {pool.submit(name, nb, aid, items, results_dir): name for name, nb in submissions}
         for done, future in enumerate(as_completed(futures), 1):
             name = futures[future]
-            results[name], how = future.result()
+            result, how = future.result()
+            results[name] = held(result)
             if progress:
                 progress(done, len(futures), name, results[name], how)
     return [(name, results[name]) for name, _ in submissions]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.batch.identity import file_digest, identity_here, parts_here
-from autograder.batch.results import claimed, grading_identity
+from autograder.batch.results import claimed, grading_identity, held
 from autograder.batch.run import failed_result, grade_batch
 from autograder.errors import ConfigError
 
@@ -160,7 +160,7 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
             with claimed(results_dir, name) as entry:
                 found = entry.without_grading(grading_identity(aid, sha, items, grader), parts, aid, notebook)
             if found is not None:
-                results[name] = found[0]
+                results[name] = held(found[0])
                 done += 1
                 if progress:
                     progress(done, len(submissions), name, *found)
@@ -191,7 +191,7 @@ def grade_on_dask(client, submissions, aid, items, device, results_dir, progress
                     with claimed(results_dir, name) as entry:  # stored against what is saved now: another run
                         result, how = entry.store(result, grading_identity(aid, sha, items, grader), items, notebook,
                                                   parts)
-                results[name] = result
+                results[name] = held(result)
                 done += 1
                 if progress:
                     progress(done, len(submissions), name, result, how)
