@@ -138,7 +138,8 @@ def cmd_grade(args, subs=None):
     if args.json:  # a grader failure's score is null: nothing was scored
         saved = [(n, {**r, "score": None, "max_score": None} if not_scored(r) else r) for n, r in rows]
         payload = saved[0][1] if len(saved) == 1 else [{"submission": n, **r} for n, r in saved]
-        Path(args.json).write_text(json.dumps(payload, indent=1))
+        with open(args.json, "w") as out:  # written as encoded: a class's results are never one string
+            json.dump(payload, out, indent=1)
     if args.csv:
         write_csv(args.csv, rows, shown, written, finals)
     if report_grader_errors(rows, args.results_dir, args.debug):
