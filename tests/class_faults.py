@@ -2,6 +2,7 @@
 `course grade` run as a TA runs it and watched from outside (Coordinator), a killer that SIGKILLs busy workers at
 random moments and SIGSTOPs one (Killer), and what of a killed coordinator is still alive (left_behind). Not part of
 the grader."""
+import contextlib
 import os
 import re
 import signal
@@ -94,11 +95,15 @@ class Coordinator:
                 self.cpu = times.user + times.system
                 status = Path(f"/proc/{self.proc.pid}/status").read_text()
                 self.peak_kb = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))
-                for child in me.children(recursive=True):
-                    self.tree.setdefault(child.pid, child.create_time())
+                self._look(me)
             except (psutil.Error, OSError, AttributeError):
                 pass
             time.sleep(0.2)
+
+    def _look(self, me):
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                self.tree.setdefault(child.pid, child.create_time())
 
     def wait(self):
         code = self.proc.wait()
@@ -107,6 +112,8 @@ class Coordinator:
         return code
 
     def kill(self):
+        """SIGKILL, after a last look at its tree (a sandbox forked since the sampler's last look is in it)."""
+        self._look(psutil.Process(self.proc.pid))
         self.proc.send_signal(signal.SIGKILL)
         return self.wait()
 
@@ -173,15 +180,22 @@ class Killer(threading.Thread):
             client.close(timeout=5)
 
 
-def left_behind(coordinator, since):
-    """Processes of the coordinator's tree, or started after it by anyone but this benchmark, still alive."""
-    mine = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
+def left_behind(coordinator):
+    """Processes of the coordinator's still alive: one of its tree as last seen (the same pid, started at the same
+    moment), one of its session (a worker the sampler never saw), or a descendant of either. Scoped to this one
+    coordinator, since other tests' graders run beside it under xdist."""
+    tree = coordinator.tree
     alive = []
     for p in psutil.process_iter(["pid", "create_time", "cmdline"]):
-        if p.pid in mine or p.info["create_time"] is None or p.info["create_time"] < since:
+        try:
+            line = p
+            while line is not None and line.pid > 1:
+                if tree.get(line.pid) == line.create_time() or os.getsid(line.pid) == coordinator.proc.pid:
+                    alive.append(f"{p.pid} {' '.join(p.info['cmdline'] or [])[:100]}")
+                    break
+                line = line.parent()
+        except (psutil.Error, OSError):
             continue
-        if p.pid in coordinator.tree or "python" in " ".join(p.info["cmdline"] or []):
-            alive.append(f"{p.pid} {' '.join(p.info['cmdline'] or [])[:100]}")
     return alive
 
 
@@ -216,7 +230,7 @@ def killed_halfway_and_rerun(folder, aid, results, flags, logs, rng, every, half
     killer.done.set()
     killer.join()
     time.sleep(LEFT_AFTER)
-    left = left_behind(first, first.started)
+    left = left_behind(first)
     second = Coordinator(folder, aid, results, [*flags, *more], f"{logs}2.err", env)
     again = Killer(second, rng, hit, every, stop_one=not killer.stopped, kills_first=0)
     again.start()

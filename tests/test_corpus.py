@@ -2,7 +2,8 @@
 
 Every case is a real notebook made from the lab14 release with every item solved, then one thing done to it.
 `lost` says exactly which points the case must lose (item -> points); everything else must keep full marks.
-Limits are shortened for the corpus (item 6 s, setup 8 s) so that hangs cost seconds, not minutes.
+The cases that hang on purpose have shortened limits (item 6 s, setup 8 s: `HANG`), so that a hang costs seconds,
+not minutes.
 
 CI's own run grades at whatever level the machine gives root (`namespaces`); tests/test_levels_corpus.py runs the
 cases again at each other level (all but the three that spin a core to their time limit: `root_only`), with
@@ -28,7 +29,10 @@ from autograder.sandbox.grader_side import can_isolate
 pytestmark = pytest.mark.grading
 AID = "lab14_transformers"
 POINTS = {i: sum(p.points.values()) for i, p in load_course().assignment(AID).items.items()}
-LIMITS = {"item_seconds": 6, "setup_seconds": 8}
+# Generous where a case must finish (CI runs it beside other graders on two cores: a check on the meta device
+# took over 6 s there); short where a case hangs on purpose, so that its hang costs seconds, not minutes
+LIMITS = {"item_seconds": 30, "setup_seconds": 30}
+HANG = {"item_seconds": 6, "setup_seconds": 8}
 SDPA, MMD, PE = "scaled_dot_product_attention", "make_memory_dataset", "PositionalEncoding"
 # The level every grading of this run must report (tests/test_levels_corpus.py sets it); unset: not checked
 LEVEL = os.environ.get("COURSE_TEST_ISOLATION")
@@ -244,9 +248,9 @@ CORPUS = [
          {MMD: 3}, r"EOFError"),
     case("input_in_a_demo_cell", new_cell("name = input('your name: ')\nprint(name)"), {}),
     case("infinite_loop_in_a_graded_item", prepend_body(MMD, "while True:\n    pass"),
-         {MMD: 3}, r"time limit", root_only=SPINS),
+         {MMD: 3}, r"time limit", root_only=SPINS, limits=HANG),
     case("infinite_loop_at_definition", append(MMD, "while True:\n    pass"),
-         {MMD: 4}, r"time limit", root_only=SPINS),
+         {MMD: 4}, r"time limit", root_only=SPINS, limits=HANG),
     case("long_sleep_in_a_setup_cell", whole(lambda nb, f: setattr(
         next(c for c in nb.cells if nbgrader_meta(c).get("grade_id", "").startswith("setup_")), "source",
         "import time\ntime.sleep(3600)")), {}, note=r"was changed in the submission; the released version was used"),
@@ -357,17 +361,17 @@ CORPUS = [
     case("chatters_on_the_channel_forever", prepend_body(
         MMD, "import os\nwhile True:\n    for fd in range(3, 64):\n        try:\n"
              "            os.write(fd, b'{\"progress\": \"x\"}\\n')\n        except OSError:\n            pass"),
-         {MMD: 3}, r"did not finish within 6 s \(time limit\)", root_only=SPINS),
+         {MMD: 3}, r"did not finish within 6 s \(time limit\)", root_only=SPINS, limits=HANG),
     case("writes_half_a_message_and_sleeps", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"id\": 1')\n"
              "    except OSError:\n        pass\ntime.sleep(3600)"),
-         {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+         {MMD: 3}, r"did not finish within 6 s \(time limit\)", limits=HANG),
     # (the time limit at every level: the sandbox ended and restarted, as the level does it)
     case("announces_tensors_it_never_sends", prepend_body(
         MMD, "import os, time\nfor fd in range(3, 64):\n    for i in range(1, 100):\n        try:\n"
              "            os.write(fd, b'{\"id\": %d, \"ok\": true, \"value\": null, \"blob\": 1000000}\\n' % i)\n"
              "        except OSError:\n            pass\ntime.sleep(3600)"),
-         {MMD: 3}, r"did not finish within 6 s \(time limit\)"),
+         {MMD: 3}, r"did not finish within 6 s \(time limit\)", limits=HANG),
     case("sends_a_deeply_nested_line_on_the_channel", prepend_body(
         MMD, "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'[' * 200000 + b'\\n')\n"
              "    except OSError:\n        pass"), {MMD: 3}, r"not the protocol"),
