@@ -9,6 +9,8 @@
 On a Dask cluster each task carries the notebook's bytes, their sha256, the assignment and the grader identity
 (autograder/batch/task.py); this process, the coordinator, alone writes the results folder, under the same lock
 and atomic write as a local batch, and takes exactly one result per submission however often Dask ran its task.
+The notebooks are read one at a time as they are sent, and Dask's logs of recent messages, which would keep
+up to 1,000 of them per stream, log nothing (autograder/batch/message_logs.py).
 A task whose worker died while running it is run again by Dask on another worker. Dask gives up on a task
 (KilledWorker) after `distributed.scheduler.allowed-failures` + 1 worker deaths (3 + 1 by default), counting the
 deaths of workers it was merely waiting on; so the coordinator counts the times the grading itself started (an
@@ -78,6 +80,7 @@ def _distributed():
 def dask_client(where, aid, say):
     """A Dask client on the cluster `where` names: attached to a running one, or one started (and closed) here."""
     distributed = _distributed()
+    from autograder.batch.message_logs import NoMessageLog, forget_messages
     from autograder.batch.task import WarmWorker
     cluster = None
     if where.scheduler:
@@ -97,6 +100,9 @@ def dask_client(where, aid, say):
         cluster = start_cluster(where.cluster, where.jobs, where.gpus_per_job)
         client = distributed.Client(cluster)
     try:
+        forget_messages(client.scheduler_comm)
+        if cluster is not None:  # its scheduler runs here, or in a pod of the course's image: it can load the plugin
+            install(client, NoMessageLog())
         install(client, WarmWorker([aid]))
         link = _dashboard(client)
         say(f"cluster: {client.scheduler.address}" + (f"; dashboard: {link}" if link else ""))
@@ -108,7 +114,8 @@ def dask_client(where, aid, say):
 
 
 def install(client, plugin, tries=3):
-    """Register a worker plugin: on every worker, and on each that joins later. A worker that dies as it reaches it
+    """Register a plugin: a worker plugin on every worker, and on each that joins later; a scheduler plugin on the
+    scheduler. A worker that dies as it reaches it
     gets it from the scheduler as its nanny restarts it, so the registration is tried again, not given up."""
     for attempt in range(1, tries + 1):
         try:
