@@ -22,7 +22,7 @@ from tests.test_cluster import AID, ITEM, graded_serially
 pytest.importorskip("dask_jobqueue")
 pytestmark = [pytest.mark.grading, pytest.mark.slow,
               pytest.mark.skipif(why_not() is not None, reason=f"no single-node Slurm here: {why_not()}")]
-SLOW_SECONDS = 30  # the submission still grading when the coordinator is killed
+SLOW_SECONDS = 12  # the submission still grading when the coordinator is killed (the rerun waits for it too)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,10 @@ class Watch:
 
 def course_grade(node, folder, results, cwd, wait=True):
     """`course grade --cluster slurm --jobs 2` as a login node's shell runs it: SLURM_CONF reaches the Slurm, the
-    site's dask-jobqueue settings (here: one CPU and 2 GB a job, for a two-core node) come from the environment."""
-    env = {**node.env, "DASK_COURSE__THREADS": "1", "DASK_JOBQUEUE__SLURM__MEMORY": "2GB"}
+    site's dask-jobqueue settings (here: one CPU and 2 GB a job, for a two-core node, and workers that end their job
+    15 s after they lose the scheduler, where jobqueue's default waits 60 s) come from the environment."""
+    env = {**node.env, "DASK_COURSE__THREADS": "1", "DASK_JOBQUEUE__SLURM__MEMORY": "2GB",
+           "DASK_JOBQUEUE__SLURM__DEATH_TIMEOUT": "15"}
     argv = [sys.executable, "-m", "autograder.cli", "grade", str(folder), "-a", AID, "--items", ITEM, "--device",
             "cpu", "--cluster", "slurm", "--jobs", "2", "--results-dir", str(results), "--csv", str(cwd / "c.csv"),
             "--json", str(cwd / "c.json")]
@@ -106,7 +108,7 @@ def test_a_killed_coordinator_leaves_no_job_and_its_rerun_grades_only_what_has_n
     assert len(kept) == 2 and first.poll() is None, "the first run should be killed with two results saved"
     first.send_signal(signal.SIGKILL)  # no goodbye: its scheduler, and the jobs' only link to it, die at once
     first.wait()
-    # its workers lose their scheduler and end their jobs themselves (dask-jobqueue's death timeout, 60 s)
+    # its workers lose their scheduler and end their jobs themselves (dask-jobqueue's death timeout, 15 s here)
     assert no_jobs_within(slurm, 120) == [], "the killed coordinator's jobs stayed in squeue"
     again = course_grade(slurm, folder, tmp_path / "r", tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
