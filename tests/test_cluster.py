@@ -1,7 +1,8 @@
 """Grading on a Dask cluster: started as a user starts one (`dask scheduler`, `dask worker` on 127.0.0.1), the
 same scores and CSV as `--workers 1`; a worker killed mid-grading loses nothing and doubles nothing; a submission
 that kills every worker running it is a grader error while the rest is graded; the Slurm, PBS and Kubernetes job
-specifications carry the GPU request and the thread settings; a worker with another grader refuses a task."""
+specifications carry the GPU request and the thread settings; a worker with another grader refuses a task; a
+stopped worker dies with its parent."""
 import hashlib
 import json
 import os
@@ -142,6 +143,47 @@ def test_a_killed_worker_loses_and_doubles_nothing_and_a_worker_killer_is_a_grad
     assert sorted(p.name for p in (tmp_path / "r").glob("*.json")) == ["complete.json", "empty.json", "wrong.json"]
     reported = [line.split("] ", 1)[1].split(":")[0] for line in done.stderr.splitlines() if line.startswith("[")]
     assert sorted(reported) == ["complete", "empty", "poison", "wrong"]  # one result each, none twice
+
+
+# A worker's process below a parent that then dies: its pid, once it is ready, and it sleeps (as a grading does)
+ORPHAN = """
+import subprocess, sys, time
+code = ("import sys, time\\n"
+        "if sys.argv[1] == 'dies': from autograder.batch.task import die_with_parent; die_with_parent()\\n"
+        "print('ready', flush=True); time.sleep(600)")
+worker = subprocess.Popen([sys.executable, "-c", code, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+worker.stdout.readline()
+print(worker.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def orphaned_while_stopped(how):
+    """The pid of a worker SIGSTOPped and then left by its parent's SIGKILL, 3 s after, or None if it is gone."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN, how], stdout=subprocess.PIPE, text=True, env=env)
+    worker = int(parent.stdout.readline())
+    os.kill(worker, signal.SIGSTOP)  # a hang: none of its threads runs, Dask's watch of the parent included
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return None  # dead, not yet reaped by whoever adopted it
+        except FileNotFoundError:
+            return None
+        time.sleep(0.1)
+    return worker
+
+
+def test_a_stopped_worker_dies_with_its_parent():
+    """task.die_with_parent: the kernel SIGKILLs a worker whose parent (the coordinator, a nanny) dies, though it is
+    stopped; without it the stopped worker stays, which is what a killed coordinator used to leave behind."""
+    kept = orphaned_while_stopped("stays")
+    assert kept is not None, "a stopped process without the death signal should outlive its parent"
+    os.kill(kept, signal.SIGKILL)
+    assert orphaned_while_stopped("dies") is None, "the stopped worker outlived its parent"
 
 
 def test_a_worker_with_another_grader_refuses_the_task(tmp_path):
