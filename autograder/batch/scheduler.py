@@ -115,8 +115,8 @@ def dask_client(where, aid, say):
 
 def install(client, plugin, tries=3):
     """Register a plugin: a worker plugin on every worker, and on each that joins later; a scheduler plugin on the
-    scheduler. A worker that dies as it reaches it
-    gets it from the scheduler as its nanny restarts it, so the registration is tried again, not given up."""
+    scheduler. A worker that dies as it reaches it gets it from the scheduler as its nanny restarts it, so the
+    registration is tried again, not given up."""
     for attempt in range(1, tries + 1):
         try:
             return client.register_plugin(plugin)
