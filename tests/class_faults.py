@@ -138,12 +138,13 @@ class Killer(threading.Thread):
     """SIGKILLs a busy worker of the coordinator's cluster at random moments, `every` (low, high) seconds apart, and
     SIGSTOPs one once, after `kills_first` kills (a hang: the scheduler's worker-ttl ends it). It never strikes a
     worker whose grading was hit already (`hit`, shared between the runs of one class): a grading hit twice is
-    the blame path (autograder/batch/scheduler.py KILLS_TO_BLAME), which tests/test_cluster.py covers."""
+    the blame path (autograder/batch/scheduler.py KILLS_TO_BLAME), which tests/test_cluster.py covers. With `most`,
+    it stops once that many gradings of the class are hit (each blow costs a worker's restart and warm-up)."""
 
-    def __init__(self, coordinator, rng, hit, every, stop_one=True, kills_first=2):
+    def __init__(self, coordinator, rng, hit, every, stop_one=True, kills_first=2, most=None):
         super().__init__(daemon=True)
         self.coordinator, self.rng, self.hit, self.every = coordinator, rng, hit, every
-        self.stop_one, self.kills_first = stop_one, kills_first
+        self.stop_one, self.kills_first, self.most = stop_one, kills_first, most
         self.blows, self.done, self.stopped = [], threading.Event(), set()
 
     def run(self):
@@ -156,6 +157,8 @@ class Killer(threading.Thread):
         pids = {}
         try:
             while not self.done.wait(self.rng.uniform(*self.every)):
+                if self.most is not None and len(self.hit) >= self.most:
+                    break
                 processing = client.processing()
                 new = [a for a in processing if a not in pids and a not in self.stopped]
                 if new:
@@ -214,13 +217,13 @@ class Faults:
 
 
 def killed_halfway_and_rerun(folder, aid, results, flags, logs, rng, every, halfway, more=(), env=None,
-                             kills_first=2):
+                             kills_first=2, most=None):
     """`course grade` of `folder` with `flags` while a Killer strikes; SIGKILLed once `halfway` results are saved,
     what is left of it LEFT_AFTER seconds later noted; then the same command again, struck too, to its end.
     Logs: `logs`1.err/.out/.json and `logs`2.*."""
     hit = set()
     first = Coordinator(folder, aid, results, [*flags, *more], f"{logs}1.err", env)
-    killer = Killer(first, rng, hit, every, kills_first=kills_first)
+    killer = Killer(first, rng, hit, every, kills_first=kills_first, most=most)
     killer.start()
     while len(list(Path(results).glob("*.json"))) < halfway and first.proc.poll() is None:
         time.sleep(0.2)
@@ -232,7 +235,7 @@ def killed_halfway_and_rerun(folder, aid, results, flags, logs, rng, every, half
     time.sleep(LEFT_AFTER)
     left = left_behind(first)
     second = Coordinator(folder, aid, results, [*flags, *more], f"{logs}2.err", env)
-    again = Killer(second, rng, hit, every, stop_one=not killer.stopped, kills_first=0)
+    again = Killer(second, rng, hit, every, stop_one=not killer.stopped, kills_first=0, most=most)
     again.start()
     code = second.wait()
     again.done.set()

@@ -70,7 +70,8 @@ def test_everything_the_grader_imports_is_a_runtime_dependency_of_the_course():
                 if top in sys.stdlib_module_names or top in ("autograder", "solutions"):
                     continue
                 dists = {norm(d) for d in owners.get(top, [])}
-                if top in CLUSTER_EXTRAS and (id(node) not in top_level or path.relative_to(ROOT).as_posix() in DASK_ONLY):
+                dask_only = path.relative_to(ROOT).as_posix() in DASK_ONLY
+                if top in CLUSTER_EXTRAS and (id(node) not in top_level or dask_only):
                     continue  # `--scheduler`/`--cluster` alone import it, inside the function that needs it
                 if not dists & closure:
                     missing.setdefault(top, set()).add(path.relative_to(ROOT).as_posix())
