@@ -113,7 +113,8 @@ class Coordinator:
 
     def kill(self):
         """SIGKILL, after a last look at its tree (a sandbox forked since the sampler's last look is in it)."""
-        self._look(psutil.Process(self.proc.pid))
+        with contextlib.suppress(psutil.Error):  # it may have ended on its own
+            self._look(psutil.Process(self.proc.pid))
         self.proc.send_signal(signal.SIGKILL)
         return self.wait()
 
@@ -184,7 +185,7 @@ class Killer(threading.Thread):
 
 
 def left_behind(coordinator):
-    """Processes of the coordinator's still alive: one of its tree as last seen (the same pid, started at the same
+    """The coordinator's processes still alive: one of its tree as last seen (the same pid, started at the same
     moment), one of its session (a worker the sampler never saw), or a descendant of either. Scoped to this one
     coordinator, since other tests' graders run beside it under xdist."""
     tree = coordinator.tree
