@@ -13,7 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.batch.run import find_submissions, grade_batch
+from autograder.batch.run import grade_batch
+from autograder.batch.submissions import find_submissions
 from autograder.cli import main
 from autograder.course.config import ROOT, load_course
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
