@@ -16,7 +16,10 @@ def own_cell_ids(course):
 
 def not_of(path, aid, course):
     """Why the notebook at `path` is not `aid`'s, as a phrase ("whose cells are lab14_transformers's"), or None
-    when nothing in it says so (unreadable, no cell of any assignment's own, cells of `aid` among others')."""
+    when nothing in it says so (unreadable, no cell of any assignment's own, cells of `aid` among others') or `aid`
+    is not the course's."""
+    if aid not in course.assignments:  # an assignment the course does not know: nothing to tell it from
+        return None
     nb, _ = read_notebook(path)
     if nb is not None:
         ids = {nbgrader_meta(cell).get("grade_id") for cell in nb["cells"]
