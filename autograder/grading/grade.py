@@ -44,8 +44,10 @@ CALLERS_SETTINGS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DEBUG")
 @contextmanager
 def without_callers_settings() -> Iterator[None]:
     """The environment of a grading session: the caller's pytest settings out, plugin autoloading off; as it was
-    after (the session runs in the caller's process)."""
-    saved = {name: os.environ.get(name) for name in (*CALLERS_SETTINGS, "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
+    after (the session runs in the caller's process), PYTEST_CURRENT_TEST too, which the session sets and removes
+    (an outer pytest's, when a test grades)."""
+    saved = {name: os.environ.get(name)
+             for name in (*CALLERS_SETTINGS, "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_CURRENT_TEST")}
     for name in CALLERS_SETTINGS:
         os.environ.pop(name, None)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
