@@ -2,8 +2,10 @@
 
 The automatic points (checks and experiments) are final when the grader has run. A student's written points are
 `pending` until a TA has graded every written answer of that submission in formgrader (an answer left as released
-is 0 without a TA, as nbgrader scores it). Extra credit a TA gives in formgrader counts here, on any cell; a TA's
-override of an autograded cell changes nbgrader's own total only, never the grader's automatic points.
+is 0 without a TA, as nbgrader scores it). A TA's grade stays through later autogrades while the answer's text is
+the one graded, and an answer changed since is pending again (integrations/nbgrader_grades.py keeps the gradebook
+so). Extra credit a TA gives in formgrader counts here, on any cell; a TA's override of an autograded cell changes
+nbgrader's own total only, never the grader's automatic points.
 """
 from pathlib import Path
 from typing import NamedTuple
