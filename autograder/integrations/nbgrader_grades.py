@@ -68,7 +68,8 @@ def keep_or_release(gradebook, grade, comment, checksum):
     if row is not None and row.checksum == checksum:
         if grade.manual_score is not None:  # SaveAutoGrades flagged it because it has a manual score
             grade.needs_manual_grade = False
-    elif any(v is not None for v in marks.values()):
+    # a TA's marks: a score, or extra credit or a comment that says something (formgrader sends 0 extra credit)
+    elif marks["manual_score"] is not None or marks["extra_credit"] or marks["manual_comment"]:
         replaced.append({**marks, "checksum": row.checksum if row is not None else None,
                          "replaced_at": datetime.now(UTC).isoformat(timespec="seconds")})
         grade.manual_score = grade.extra_credit = None
