@@ -6,11 +6,13 @@ A worker whose own grader identity differs (other code, solutions, course.yaml, 
 task rather than grade with other code. The worker only launches the per-submission sandbox, as `course grade`
 does; the student's code never runs in the worker's process.
 
-A worker is warmed once (WarmWorker, a Dask WorkerPlugin), as a local pool worker is (batch/worker.py): its GPU
-claimed, its thread count set explicitly (Dask's nanny sets OMP_NUM_THREADS=1 in every worker), its zygote started
-with that count, then torch and the grader imported while the zygote imports torch, and the data read, so that a
-task pays for none of it. It dies with its parent, even while stopped (die_with_parent).
+A worker is warmed once (WarmWorker, a Dask WorkerPlugin: in the background, its first task waiting for it), as a
+local pool worker is (batch/worker.py): its GPU claimed, its thread count set explicitly (Dask's nanny sets
+OMP_NUM_THREADS=1 in every worker), its zygote started with that count, then torch and the grader imported while the
+zygote imports torch, and the data read, so that a task pays for none of it. It dies with its parent, even while
+stopped (die_with_parent).
 """
+import concurrent.futures
 import fcntl
 import hashlib
 import json
@@ -25,6 +27,8 @@ STARTED = "course-grading-started"  # the Dask event topic a task logs as it sta
 THREADS_ENV = "COURSE_WORKER_THREADS"  # the CPU threads of each grading on this worker (default: worker_threads)
 GPU_LOCKS = Path(tempfile.gettempdir())
 _one_at_a_time = threading.Lock()  # pytest is not thread-safe: a worker started with --nthreads 2 still grades one
+_warmer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="course-warm")  # one warm-up at a time
+_warm_ups: list[concurrent.futures.Future] = []
 _gpu_claim = None
 
 
@@ -105,21 +109,39 @@ class WarmWorker(WorkerPlugin):
         self.assignments = assignments
 
     async def setup(self, worker):
-        await warmed(self.assignments)
+        begin_warming(worker, self.assignments)
 
 
-async def warmed(assignments=None):
-    """warm() in a thread, so that the worker's event loop goes on heartbeating: a warm-up that takes minutes (torch
-    imported on a loaded node) is not taken for a hang (clusters.py's worker-ttl); the parent-death signal is set
-    first, on the event loop's thread, which lives as long as the worker (the kernel keeps it per thread)."""
-    import asyncio
+def begin_warming(worker, assignments=None):
+    """warm() begun in a thread of its own, returning at once; each grading waits for it (warmed).
+
+    The worker's start is bounded by its nanny's death timeout (distributed starts a worker within it), and a
+    plugin's setup is part of that start: a warm-up that takes longer on a loaded node (torch imported, the zygote
+    started) made the worker fail to start at all, with a site's short death timeout (15 s: seen under load). The
+    event loop goes on heartbeating meanwhile, so a long warm-up is not taken for a hang (clusters.py's worker-ttl).
+    The parent-death signal is set first, on the event loop's thread, which lives as long as the worker. A warm-up
+    that fails closes the worker, as a failed start did, so that no more gradings reach it; the one waiting on it is
+    a grader error naming the cause (scheduler._outcome), never a score."""
     die_with_parent()
-    await asyncio.to_thread(warm, assignments)
+    warm_up = _warmer.submit(warm, assignments)
+    _warm_ups.append(warm_up)
+    loop = worker.loop
+
+    def close_if_failed(done):
+        if done.exception() is not None:
+            loop.add_callback(worker.close, reason=f"course warm-up failed: {done.exception()!r}")
+    warm_up.add_done_callback(close_if_failed)
+
+
+def warmed():
+    """Wait for this worker's warm-ups; one that failed raises its error in the grading that waits."""
+    for warm_up in list(_warm_ups):
+        warm_up.result()
 
 
 async def dask_setup(worker):
     """`dask worker --preload autograder.batch.task`: warm the worker as it starts."""
-    await warmed()
+    begin_warming(worker)
 
 
 def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
@@ -129,6 +151,8 @@ def grade_bytes(name, filename, notebook, sha256, aid, items, device, grader):
     are not the ones the coordinator hashed."""
     import socket
 
+    warmed()  # first: no parsing beside the warm-up's (CPython 3.11's ast is not thread-safe: "AST constructor
+    # recursion depth mismatch" when the identity hashed the code while the warm-up imported)
     from autograder.batch.identity import identity_here
     from autograder.batch.run import grade_submission
     if notebook is not None and hashlib.sha256(notebook).hexdigest() != sha256:
