@@ -196,3 +196,19 @@ def test_course_stats_names_the_assignments_it_found_when_asked_for_another(synt
     folder, _, _ = synthetic
     assert cli.main(["stats", str(folder), "-a", "w8l4_transformers"]) == 2
     assert f"assignments found: {AID}" in capsys.readouterr().err
+
+
+def test_discrimination_is_the_point_biserial_and_each_way_to_fail_good_submissions_is_flagged():
+    from autograder.reports.check_stats import CheckStat, check_flags, point_biserial
+    assert point_biserial([1, 1, 0, 0], [3, 3, 1, 1]) == pytest.approx(1.0)
+    assert point_biserial([1, 0, 1, 0], [1, 3, 2, 2]) == pytest.approx(-1 / math.sqrt(2))
+    assert point_biserial([1, 1, 1], [1, 2, 3]) is None  # nobody failed: it says nothing
+    settings = load_course().statistics
+    worse = CheckStat("item", "values", 1, attempted=40, judged=40, passed=30, discrimination=-0.3, upper=11,
+                      upper_failed=1)
+    nobody = CheckStat("item", "gradients", 1, attempted=40, judged=40, passed=0, upper=11, upper_failed=11)
+    fine = CheckStat("item", "shapes", 1, attempted=40, judged=40, passed=30, discrimination=0.4, upper=11,
+                     upper_failed=1)
+    flags = check_flags(AID, [worse, nobody, fine], settings)
+    assert [(f.flag, f.subject) for f in flags] == [(FAILS_GOOD, "item: values"), (FAILS_GOOD, "item: gradients")]
+    assert "passing goes with doing worse" in flags[0].evidence and "none of the 40" in flags[1].evidence

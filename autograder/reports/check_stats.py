@@ -192,14 +192,18 @@ def check_flags(aid, checks, settings):
             flags.append(Flag(FAILS_GOOD, c.name, f"none of the {c.judged} submissions judged passes it, the best "
                               f"on the rest of the score included{top}",
                               "Read its failures beside the reference: a correct answer it refuses?"))
-        elif c.upper_failure >= settings.upper_failure or (c.discrimination is not None
-                                                            and c.discrimination <= settings.low_discrimination):
-            r = "undefined" if c.discrimination is None else f"{c.discrimination:+.2f}"
-            flags.append(Flag(FAILS_GOOD, c.name, f"{c.upper_failed} of the {c.upper} best on the rest of the "
-                              f"score fail it ({c.upper_failure:.0%}; flagged from {settings.upper_failure:.0%}), "
-                              f"its discrimination is {r} (flagged at {settings.low_discrimination:+.2f} or "
-                              f"below){top}", "Read the good submissions' failures: a correct alternative it "
-                              "refuses, a tolerance too tight?"))
+        else:
+            upper = c.upper_failure >= settings.upper_failure
+            worse = c.discrimination is not None and c.discrimination <= settings.low_discrimination
+            if upper or worse:
+                r = "undefined" if c.discrimination is None else f"{c.discrimination:+.2f}"
+                evidence = (f"{c.upper_failed} of the {c.upper} best on the rest of the score fail it"
+                            + (f" ({c.upper_failure:.0%}; {settings.upper_failure:.0%} flags it)" if upper else "")
+                            + f"; its discrimination is {r}"
+                            + (f" ({settings.low_discrimination:+.2f} or below flags it: passing goes with doing "
+                               f"worse on the rest)" if worse else ""))
+                flags.append(Flag(FAILS_GOOD, c.name, evidence + top, "Read the good submissions' failures: a "
+                                  "correct alternative it refuses, a tolerance too tight?"))
         if c.passed == c.judged and c.kind != "exists":
             hint = (f"It may pass wrong code: `course check {aid} --mutations 8` grades small edits of the "
                     f"reference against it" if not c.kind.startswith(EXPERIMENT) else

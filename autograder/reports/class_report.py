@@ -154,17 +154,19 @@ def and_list(names):
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
-def class_report(folder):
+def class_report(folder, stats=None):
     """The whole report as one HTML string, one section per assignment found (a folder of one assignment's results,
     or of one folder per assignment); rendered with autoescape, so every name and message from a submission is
-    escaped."""
+    escaped. `stats`, a list, gets each assignment's statistics (class_stats.AssignmentStats) as the page shows them."""
     import matplotlib
     matplotlib.use("Agg")
+    from autograder.course.config import load_course
     rows = load_results(folder)
     if not rows:
         raise ValueError(f"no results.json files in {folder} or the folders below it")
-    from autograder.course.config import load_course
     sections = [assignment_section(aid, found) for aid, found in by_assignment(rows).items()]
+    if stats is not None:
+        stats.extend(section["stats"] for section in sections)
     return render_html("class_report.html.j2", folder=str(folder), count=len(rows), sections=sections,
                        settings=load_course().statistics)
 

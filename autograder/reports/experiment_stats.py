@@ -187,6 +187,7 @@ def with_figure(stat):
     fig, axes = plt.subplots(len(shown), columns, figsize=(5.2 * columns + 0.6, 3.0 * len(shown)), squeeze=False)
     for row, m, near in zip(axes, shown, nears, strict=True):
         panel(row[0], m, None)
+        row[0].legend(loc="best", fontsize=7)  # one legend a row: the zoom beside it has the same marks
         if columns == 2 and near:
             panel(row[1], m, near)
             row[1].set_title(f"near the bound: {sum(near[0] <= v <= near[1] for v in m.values)} of "
@@ -223,17 +224,17 @@ def panel(ax, m, window):
     lo, hi = lo - pad, hi + pad
     ax.hist(values, bins=30, range=(lo, hi), color="C0", alpha=0.85, label=f"students ({len(values)})")
     for blo, bhi in m.bands:
-        ax.axvspan(blo, bhi, color="orange", alpha=0.3, label=f"crowding ({m.crowded})")
+        ax.axvspan(blo, bhi, color="orange", alpha=0.3, zorder=0, label=f"crowding ({m.crowded})")
     for side, edge in m.edges:
-        ax.axvspan(*((lo, edge) if side == "min" else (edge, hi)), color="C3", alpha=0.06)
+        ax.axvspan(*((lo, edge) if side == "min" else (edge, hi)), color="C3", alpha=0.06, zorder=0)
         ax.axvline(edge, color="C3", ls="--", label=f"threshold {m.bound}")
     if m.lecture is not None:
         ax.axvline(m.lecture, color="k", ls=":", label=f"lecture {m.lecture:g}")
-    for seed, value in sorted(m.reference.items()):
-        ax.axvline(value, color="C2", lw=1.5, label=f"reference, seed {seed}: {value:.4g}")
+    for k, (seed, value) in enumerate(sorted(m.reference.items())):
+        ax.axvline(value, color="C2", lw=1.5, ls=("-", "-.", "--", ":")[k % 4],
+                   label=f"reference, seed {seed}: {value:.4g}")
     if not m.reference:
         ax.plot([], [], color="C2", label="reference: none cached (course experiments)")
     ax.set_xlim(lo, hi)
     ax.set_xlabel(m.metric)
     ax.set_ylabel("submissions")
-    ax.legend(loc="best", fontsize=7)
