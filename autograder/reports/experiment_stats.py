@@ -64,16 +64,18 @@ class ExperimentStat:
         return out
 
 
-def experiment_stats(aid, whole, settings):
-    """[ExperimentStat] of the experiments found in an assignment's whole results, each flagged when its figures
-    crowd a bound; none when course.yaml does not know the assignment."""
+def experiment_stats(aid, rows, settings):
+    """[ExperimentStat] of the experiments found in an assignment's (name, result) rows (an --items run's among
+    them: no total is compared here), each flagged when its figures crowd a bound; none when course.yaml does not
+    know the assignment."""
     from autograder.course.config import load_course
+    from autograder.grading.cache import cache_off
     course = load_course()
     if aid not in course.assignments:
         return []
     experiments = course.assignment(aid).experiments
     found, attempted, devices = {}, {}, {}
-    for _, result in whole:
+    for _, result in rows:
         device = result.get("extra_data", {}).get("device")
         devices[device] = devices.get(device, 0) + 1
         by_item = {}
@@ -84,10 +86,11 @@ def experiment_stats(aid, whole, settings):
             attempted[f["name"]] = attempted.get(f["name"], 0) + (item_status(f["item"], by_item[f["item"]])
                                                                   != UNATTEMPTED)
     by_use = sorted(devices, key=lambda d: -devices[d])
+    inputs = reference_inputs(aid) if found and not cache_off() else None  # no cache: no reference to look up
     out = []
     for name, figures in found.items():
         exp = experiments[name]
-        reference = reference_figures(aid, exp, by_use)
+        reference = reference_figures(exp, by_use, inputs) if inputs else {}
         metrics = [metric_stat(m, exp, figures, reference, settings.crowd_band)
                    for m in dict.fromkeys([*exp.threshold, exp.metric])]
         stat = ExperimentStat(name, figures[0]["item"], exp.description, attempted[name],
@@ -139,13 +142,20 @@ def crowding_flag(aid, stat, settings):
 
 # --- the reference's figures, kept in the experiment cache ------------------------------------------------------
 
-def reference_key(aid, exp, seed, device):
-    """The cache key of the reference's figures: what changes them (module doc)."""
-    from autograder.grading.cache import experiment_key, libraries
+def reference_inputs(aid):
+    """What every experiment of the assignment shares in its reference figures' key: the code its runs execute, the
+    solution, the libraries, the data (hashing the code once, not once per experiment, seed and device)."""
+    from autograder.grading.cache import libraries
     from autograder.grading.experiments import data_source_of, experiment_code, solution_fingerprint
-    return experiment_key({"reference figures": exp.name, "code": experiment_code(aid),
-                           "solutions": solution_fingerprint(aid), "cfg": exp.run_cfg, "seed": seed,
-                           "device": device, "libraries": libraries(), "data": data_source_of(aid)})
+    return {"code": experiment_code(aid), "solutions": solution_fingerprint(aid), "libraries": libraries(),
+            "data": data_source_of(aid)}
+
+
+def reference_key(exp, seed, device, inputs):
+    """The cache key of the reference's figures: what changes them (module doc); `inputs`: reference_inputs."""
+    from autograder.grading.cache import experiment_key
+    return experiment_key({"reference figures": exp.name, "cfg": exp.run_cfg, "seed": seed, "device": device,
+                           **inputs})
 
 
 def remember_reference(aid, run, device):
@@ -155,18 +165,16 @@ def remember_reference(aid, run, device):
     from autograder.grading.experiments import resolve_device
     exp = load_course().assignment(aid).experiments[run.name]
     figures = {k: float(v) for k, v in run.metrics.items() if isinstance(v, (int, float))}
-    cache_write(reference_key(aid, exp, run.seed, resolve_device(device)), figures)
+    cache_write(reference_key(exp, run.seed, resolve_device(device), reference_inputs(aid)), figures)
 
 
-def reference_figures(aid, exp, devices):
+def reference_figures(exp, devices, inputs):
     """seed -> the reference's figures on it, for each of the experiment's seeds the cache holds, on the first of
-    `devices` (the results' devices, most used first) that has any."""
-    from autograder.grading.cache import cache_off, cache_read
-    if cache_off():
-        return {}
+    `devices` (the results' devices, most used first) that has any; `inputs`: reference_inputs."""
+    from autograder.grading.cache import cache_read
     for device in (d for d in devices if d in ("cpu", "cuda")):
         found = {seed: figures for seed in exp.seeds
-                 if isinstance(figures := cache_read(reference_key(aid, exp, seed, device)), dict)}
+                 if isinstance(figures := cache_read(reference_key(exp, seed, device, inputs)), dict)}
         if found:
             return found
     return {}
