@@ -1,8 +1,8 @@
 """What the class missed, check by check, and which check to distrust: statistics of one assignment's results
 folder, computed from the results alone (nothing is graded).
 
-Per item: how many submissions attempted it. A submission did not attempt an item whose checks all say it is a
-stub (scoring.zero_reason: "... is not implemented yet (it raises NotImplementedError)") or whose cell is gone.
+Per item: how many submissions attempted it. A submission did not attempt an item whose checks say it is a stub
+(scoring.zero_reason: "... is not implemented yet (it raises NotImplementedError)") or whose cell is gone.
 One that attempted it may still not be judged check by check: the whole item zeroed (an oracle called from a
 from-scratch item, a stub it calls), or a check not run after an earlier check's problem ("not checked: ...", an
 experiment's "not run: ..."). The rest are judged, and for each check:
@@ -20,8 +20,9 @@ Flags (course.yaml's `statistics:` sets every threshold), each with its evidence
 - fails good submissions: at least `upper_failure` of the upper group fails it, or its discrimination is at most
   `low_discrimination` (passing it goes with doing worse on the rest), or nobody passes it: a correct alternative
   it refuses, a tolerance too tight;
-- nobody fails it: every judged submission passes it (the `exists` check aside, which a stub passes): it may pass
-  wrong code too (`course check ID --mutations N` grades small edits of the reference against it);
+- nobody fails it: every judged submission passes it (the `exists` check aside: the release's signature passes it,
+  so an attempted item nearly always does): it may pass wrong code too (`course check ID --mutations N` grades
+  small edits of the reference against it);
 - the grader's reason: at least `grader_share` of its failures (and `min_failures` of them) give one reason of
   `grader_reasons`, which names the grader or its machine rather than the student (a time limit, a memory limit,
   a killed process, CUDA);

@@ -80,7 +80,7 @@ def stats_lines(stats, width=WIDTH):
                            "point-biserial correlation of passing with the rest of the score. upper fail: of the "
                            f"best {s.upper_fraction:.0%} on the rest of the score, how many fail the check. Under a "
                            "check: its most frequent failing reasons, numbers as #.", width)
-    name_w = min(46, max(len("check"), *(len(c.name) for c in stats.checks)))
+    name_w = min(46, max([len("check"), *(len(c.name) for c in stats.checks)]))
     head = (f"{'#':>3} {'check':<{name_w}} {'pts':>4} {'attempted':>10} {'judged':>7} {'pass':>5} {'discr.':>7} "
             f"{'upper fail':>11}")
     lines += ["", head, "-" * len(head)]
