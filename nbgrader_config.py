@@ -20,11 +20,11 @@ from nbgrader.preprocessors import (
                                     LockCells,
                                     OverwriteCells,
                                     OverwriteKernelspec,
-                                    SaveAutoGrades,
                                     SaveCells,
 )
 
 from autograder.integrations.nbgrader_export import CourseExportPlugin
+from autograder.integrations.nbgrader_grades import SaveGrades
 from autograder.integrations.nbgrader_late import CourseLatePenalty
 from autograder.integrations.nbgrader_plugin import (
                                     FEEDBACK_TEMPLATES,
@@ -76,9 +76,10 @@ c.Autograde.sanitize_preprocessors = [RepairSubmission, ClearOutput, Deduplicate
                                       OverwriteCells, CheckCellMetadata]
 # Autograde: the isolated grader (one pytest session per notebook) scores the test cells instead of running the
 # notebook in a kernel (student code never runs in nbgrader's process, and a test cell's printed text cannot forge
-# a score).
+# a score). SaveGrades is nbgrader's SaveAutoGrades keeping a TA's grade of a written answer whose text did not change
+# since, and taking it off one whose text did (autograder/integrations/nbgrader_grades.py).
 c.Autograde.autograde_preprocessors = [TrustedGrade, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+                                       SaveGrades, AssignLatePenalties, CheckCellMetadata]
 # Feedback opens with a summary of the grade (items, reasons, experiments), shows each check's message, never the
 # hidden-test region of a test cell; markdown is sanitised and written answers shown as text (never markup).
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", ClearHiddenTests, FeedbackSummary,

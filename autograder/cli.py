@@ -34,8 +34,8 @@ def cmd_grade(args, subs=None):
     from autograder.apps.progress import progress_reporter
     from autograder.batch.changes import append_changes, change_lines, changes
     from autograder.batch.results import HISTORY, record_submission_times
-    from autograder.batch.run import find_submissions
     from autograder.batch.scheduler import Where, grade_class
+    from autograder.batch.submissions import find_submissions
     from autograder.course.extensions import FILE as EXTENSIONS
     from autograder.reports.final_grade import final_grades
     from autograder.reports.tables import grade_table, not_scored, reason_lines, score_text, write_csv
@@ -47,7 +47,7 @@ def cmd_grade(args, subs=None):
         raise ConfigError(f"--items: {', '.join(unknown)} not in {args.assignment} "
                           f"(known: {', '.join(assignment.items)})")
     released_notebook(args.assignment)  # a missing release is one clear error, not a grader failure per notebook
-    subs = subs or find_submissions(args.paths, args.assignment)
+    subs = subs or find_submissions(args.paths, args.assignment, say=lambda line: print(line, file=sys.stderr))
     times = submission_times(subs, args.submitted_at)  # a time that does not parse stops here, before any grading
     if args.workers <= 1 and not (args.scheduler or args.cluster):
         from autograder.batch.worker import start_zygote

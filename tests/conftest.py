@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,14 @@ import pytest
 # pytest's own fixture for running a pytest session in the test (tests/unit/test_plugin_rules.py)
 pytest_plugins = ["pytester"]
 FIGURES = []
+# Under CI=true a skip is a failure unless the machine lacks the hardware: a package or a permission a fresh machine
+# can have (tools/test_system_packages.sh installs them as root) must not hide a test (#60).
+HARDWARE_SKIPS = ("GPU", "CUDA", "flush-to-zero")
+SKIPPED = []
+# Each test's seconds (setup, call and teardown), for tools/quick_tier.py: the quick tier's cost in this run.
+DURATIONS = {}
+DURATIONS_FILE = Path(__file__).resolve().parents[1] / ".test-durations.json"
+STARTED = {}
 # The smallest-failing-case search adds up to course.yaml's limits.search_seconds to each item a planted mistake
 # fails (test_grading grades some 150): off here, on in tests/test_smallest_case.py, which tests it.
 os.environ.setdefault("COURSE_SEARCH_SECONDS", "0")
@@ -36,6 +45,19 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
+    mark_the_quick_tier(items)
+    run_longest_first(items)
+
+
+def mark_the_quick_tier(items):
+    """Everything that grades a notebook or trains a model is `slow` too: `pytest -m "not slow"` is the quick tier,
+    the loop before a commit (README, DEVELOPING.md), and its cost is watched by tools/quick_tier.py."""
+    for item in items:
+        if item.get_closest_marker("grading") or item.get_closest_marker("experiment"):
+            item.add_marker(pytest.mark.slow)
+
+
+def run_longest_first(items):
     """Longest first, so that under xdist (one test at a time to whichever worker is free, pyproject's addopts) no
     worker is left with a long test at the end: the Gradescope rehearsal and the graded solutions, then the tests
     marked slow or experiment, then the rest. The Gradescope exports come after the slow tests: by then the graded
@@ -51,13 +73,43 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # stable: within a rank, collection order
 
 
+def pytest_sessionstart(session):
+    STARTED["session"] = time.monotonic()
+
+
 def pytest_runtest_logreport(report):
+    # the session's start (collection, xdist's workers) until the first test ended, less that test
+    STARTED.setdefault("start", time.monotonic() - STARTED.get("session", time.monotonic()) - report.duration)
+    DURATIONS[report.nodeid] = DURATIONS.get(report.nodeid, (0.0, False))[0] + report.duration, \
+        "slow" in report.keywords
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        SKIPPED.append((report.nodeid, reason))
     # the call's report carries what its setup printed too (a session fixture that trains prints then)
     if report.when == "call" and report.passed:
         FIGURES.extend(line for line in report.capstdout.splitlines() if line.startswith("EXPERIMENT"))
 
 
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller sees every report and decides
+    if DURATIONS and not session.config.option.collectonly:
+        workers = int(getattr(session.config.option, "numprocesses", 0) or 1)
+        DURATIONS_FILE.write_text(json.dumps({"workers": workers, "start": STARTED.get("start", 0.0),
+                                               "tests": DURATIONS}))
+    if os.environ.get("CI") == "true" and not_hardware(SKIPPED) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def not_hardware(skipped):
+    return [(nodeid, reason) for nodeid, reason in skipped if not any(word in reason for word in HARDWARE_SKIPS)]
+
+
 def pytest_terminal_summary(terminalreporter):
+    if os.environ.get("CI") == "true" and not_hardware(SKIPPED):
+        terminalreporter.section("skipped for a reason a fresh machine can fix (CI=true fails the run)")
+        for nodeid, reason in not_hardware(SKIPPED):
+            terminalreporter.write_line(f"{nodeid}: {reason}")
     if FIGURES:
         terminalreporter.section("experiments: measured (lecture figure, threshold)")
         for line in FIGURES:

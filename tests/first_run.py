@@ -71,6 +71,10 @@ def course_as_user(clone, home, *args, program=(str(COURSE),), env=None, timeout
     /root: the command runs in a private mount namespace where /root is an empty tmpfs with only the Python
     installation bound back (nothing on the machine changes). `program`: what runs `course` (a wrapper script)."""
     pyenv = Path(os.path.realpath(sys.executable)).parents[3]  # /root/.pyenv/versions/3.11.7/bin/python3.11
+    closed = closed_folder([Path(sys.executable).parent, Path(clone)], pyenv)
+    if closed:
+        raise AssertionError(f"the ordinary user {USER} cannot run the course here: {closed}. Clone the repository "
+                             "where every user may enter each folder above it (not under mktemp -d or a 0700 home)")
     stage = Path(tempfile.mkdtemp(dir=home.parent))
     mounts = (f"mount --bind {pyenv} {stage} && mount -t tmpfs -o mode=0755 tmpfs /root && mkdir -p {pyenv} && "
               f"mount --move {stage} {pyenv} && exec runuser -u {USER} -- \"$@\"")
@@ -82,6 +86,20 @@ def course_as_user(clone, home, *args, program=(str(COURSE),), env=None, timeout
                               cwd=clone, capture_output=True, text=True, timeout=timeout)
     finally:
         stage.rmdir()
+
+
+def closed_folder(paths, pyenv):
+    """The first folder above `paths` that others may not enter (no o+x), said with its mode, or None: a clone in
+    such a folder fails at once, naming it, instead of the ordinary user's command waiting out a timeout (#60).
+    The Python installation (`pyenv`) is bound back into the user's view, so its folders do not count."""
+    for path in paths:
+        for folder in [path, *path.parents]:
+            if folder == pyenv or pyenv in folder.parents or folder in pyenv.parents:
+                continue
+            mode = folder.stat().st_mode
+            if not mode & 0o001:
+                return f"{folder} is mode {oct(mode & 0o777)}, so others cannot enter it (it needs o+x)"
+    return None
 
 
 def user_home(folder, uid):

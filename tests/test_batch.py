@@ -13,7 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.batch.run import find_submissions, grade_batch
+from autograder.batch.run import grade_batch
+from autograder.batch.submissions import find_submissions
 from autograder.cli import main
 from autograder.course.config import ROOT, load_course
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
@@ -253,6 +254,53 @@ def test_names_are_unique_and_tell_apart_what_was_found_twice(tmp_path):
     names = [name for name, _ in find_submissions([tmp_path / "2024/secA", tmp_path / "2025/secA", tmp_path / "secB"],
                                                             AID)]
     assert names == ["2024/secA/alice", "2025/secA/alice", "bob", "bob~2"]
+
+
+W8L4 = "w8l4_transformers"
+
+
+def released(path, aid):
+    """`aid`'s notebook as released (nothing done) at path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(release_notebook(aid), path)
+
+
+def test_a_folder_holding_two_assignments_gives_each_only_its_own_notebooks(tmp_path):
+    """nbgrader's submitted/<student>/<assignment>/ once the class has submitted two assignments (alice both, bob
+    lab14 only, carol lab14's notebook in w8l4's folder), and a folder of notebooks per student (dave's holds
+    both): each assignment gets its own notebooks, under the student's name, and the rest is said, never graded."""
+    sub, flat = tmp_path / "submitted", tmp_path / "flat"
+    notebook(sub / "alice" / AID / f"{AID}.ipynb")
+    released(sub / "alice" / W8L4 / f"{W8L4}.ipynb", W8L4)
+    notebook(sub / "bob" / AID / f"{AID}.ipynb")
+    notebook(sub / "carol" / W8L4 / f"{W8L4}.ipynb")  # the wrong notebook, under this assignment's name
+    notebook(flat / "dave" / f"{AID}.ipynb")
+    released(flat / "dave" / f"{W8L4}.ipynb", W8L4)
+    said = []
+    assert find_submissions([sub], AID, say=said.append) == [("alice", sub / "alice" / AID / f"{AID}.ipynb"),
+                                                             ("bob", sub / "bob" / AID / f"{AID}.ipynb")]
+    assert said == [f"not graded as {AID}: 2 notebooks in {W8L4}'s folder: {sub / 'alice' / W8L4 / W8L4}.ipynb, "
+                    f"{sub / 'carol' / W8L4 / W8L4}.ipynb"]
+    said.clear()
+    assert find_submissions([sub], W8L4, say=said.append) == [("alice", sub / "alice" / W8L4 / f"{W8L4}.ipynb")]
+    assert said == [f"not graded as {W8L4}: 2 notebooks in {AID}'s folder: {sub / 'alice' / AID / AID}.ipynb, "
+                    f"{sub / 'bob' / AID / AID}.ipynb",
+                    f"not graded as {W8L4}: 1 notebook whose cells are {AID}'s: {sub / 'carol' / W8L4 / W8L4}.ipynb"]
+    assert find_submissions([sub / "alice"], W8L4) == [("alice", sub / "alice" / W8L4 / f"{W8L4}.ipynb")]
+    for aid in (AID, W8L4):
+        assert find_submissions([flat], aid) == [("dave", flat / "dave" / f"{aid}.ipynb")]
+
+
+def test_course_grade_of_a_folder_holding_two_assignments_grades_each_student_once(tmp_path, capsys):
+    sub = tmp_path / "submitted"
+    notebook(sub / "alice" / AID / f"{AID}.ipynb", [SDPA])
+    released(sub / "alice" / W8L4 / f"{W8L4}.ipynb", W8L4)
+    notebook(sub / "bob" / AID / f"{AID}.ipynb")
+    assert main(["grade", str(sub), "-a", AID, "--items", SDPA, "--device", "cpu"]) == 0
+    out, err = capsys.readouterr()
+    assert dict(table_rows(out)) == {"alice": [f"{points(SDPA):g}", f"{points(SDPA):g}/{points(SDPA):g}"],
+                                     "bob": ["0", f"0/{points(SDPA):g}"]}
+    assert f"not graded as {AID}: 1 notebook in {W8L4}'s folder: {sub / 'alice' / W8L4 / W8L4}.ipynb" in err, err
 
 
 # `course grade` as a TA runs it, then which modules the coordinator (this process) had loaded. Guarded by

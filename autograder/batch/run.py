@@ -27,57 +27,6 @@ from autograder.sandbox.zygote import ZYGOTE, experiments_at_once, threads_per_w
 WORKER_EXIT_SECONDS = 5  # an interrupted worker closes its sandbox and lock in well under this
 
 
-def find_submissions(paths, aid):
-    """(name, notebook) for each argument: a notebook, or a folder searched for notebooks (its first level names
-    the student). A notebook named <aid>.ipynb takes its folder's name. Names are never empty and are unique:
-    a name found twice is told apart by the folders above it (secA/alice, secB/alice)."""
-    found = []  # (origin: the path that names the submission, notebook)
-    for arg in map(Path, paths):
-        if arg.is_file():
-            found.append((arg, arg))
-            continue
-        notebooks = sorted(p for p in arg.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-        for nb in notebooks:
-            rel = nb.relative_to(arg)
-            found.append((arg / rel.parts[0] if len(rel.parts) > 1 else nb, nb))
-        if not notebooks:
-            found.append((arg, arg))  # reported as unreadable, never silently dropped
-    labels = [_label_parts(origin, aid) for origin, _ in found]
-    names = _distinct(labels)
-    return list(zip(names, (nb for _, nb in found), strict=True))
-
-
-def _label_parts(origin, aid):
-    """The resolved path naming a submission, as parts ending in its name: a cwd-relative 'x.ipynb' has a folder."""
-    origin = origin.resolve()  # Path('lab14.ipynb').parent.name is '': the folder's real name is wanted
-    if origin.name == f"{aid}.ipynb":
-        origin = origin.parent
-    parts = [p for p in origin.parts if p != origin.anchor] or ["submission"]
-    parts[-1] = parts[-1][:-len(".ipynb")] if parts[-1].endswith(".ipynb") else parts[-1]
-    return parts
-
-
-def _distinct(labels):
-    """Each label's last part, with as many folders above it as it takes to tell apart names found twice;
-    the same path twice (two notebooks in one student's folder, or one file given twice) gets name~2."""
-    names = [parts[-1] for parts in labels]
-    for name in set(names):
-        group = [k for k, n in enumerate(names) if n == name]
-        distinct = len({tuple(labels[k]) for k in group})
-        for depth in range(1, max(len(labels[k]) for k in group) + 1):
-            shown = {k: "/".join(labels[k][-depth:]) for k in group}
-            if len(set(shown.values())) == distinct:
-                break
-        for k in group:
-            names[k] = shown[k]
-    seen = {}
-    for k, name in enumerate(names):
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] > 1:
-            names[k] = f"{name}~{seen[name]}"
-    return names
-
-
 def failed_result(aid, name, reason, cause=None, setup=False, trace=""):
     """A result for a submission the grader itself could not finish: the cause and no score (`grader_error`: the
     table, --json and --csv show none, never a 0); not saved in --results-dir, so the next run grades it again.

@@ -7,7 +7,9 @@ run their sessions in worker processes (autograder/batch/run.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,68 @@ from autograder.grading.suite_files import suite_path
 # timeouts stay off: the caller reports, results are not reused between runs, and pytest-timeout's SIGALRM would
 # fight an outer pytest's (the project's tests grade from inside one). Unraisable-exception reporting stays off
 # too: it runs gc.collect() several times at the end of every session (0.4 s of a 4 s grading), for warnings
-# no one reads here. Hypothesis's plugin stays off as well: it imports Hypothesis (a second of CPU per grader
-# process), which the smallest-case search imports itself when it runs.
-IN_PROCESS = ["-p", "autograder.grading.plugin", "-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:timeout",
-              "-p", "no:randomly", "-p", "no:unraisableexception", "-p", "no:hypothesispytest",
-              "-s", "-o", "addopts=", "-W", "ignore::pytest.PytestConfigWarning"]
+# no one reads here.
+#
+# The session is the grader's, never the caller's: a TA's pytest settings must not change a grade or stop it
+# (`PYTEST_ADDOPTS=--color=yes`, which CI services and many shells set, named an option of the terminal plugin
+# that is off here: every grading ended in a usage error). So no configuration file is read (`-c` the null
+# device: nothing is searched for above the suite or the working folder, a TA's pytest.ini, tox.ini, setup.cfg or
+# pyproject.toml included), no conftest.py is loaded, the rootdir is the suite's own folder, and
+# without_callers_settings() keeps PYTEST_ADDOPTS and PYTEST_PLUGINS out and turns off the autoloading of
+# installed plugins (PYTEST_DISABLE_PLUGIN_AUTOLOAD, read by every pytest since 6): the session's plugins are
+# pytest's own and the grader's, whatever else is installed (pytest-randomly's reordering, pytest-timeout,
+# Hypothesis's plugin, which costs a second of CPU per grader process to import; the smallest-case search imports
+# Hypothesis itself when it runs).
+IN_PROCESS = ["-p", "autograder.grading.plugin", "-p", "no:terminal", "-p", "no:cacheprovider",
+              "-p", "no:unraisableexception", "-c", os.devnull, "--noconftest", "-s",
+              "-W", "ignore::pytest.PytestConfigWarning"]
+CALLERS_SETTINGS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DEBUG")
+
+
+@contextmanager
+def without_callers_settings() -> Iterator[None]:
+    """The environment of a grading session: the caller's pytest settings out, plugin autoloading off; as it was
+    after (the session runs in the caller's process), PYTEST_CURRENT_TEST too, which the session sets and removes
+    (an outer pytest's, when a test grades)."""
+    saved = {name: os.environ.get(name)
+             for name in (*CALLERS_SETTINGS, "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_CURRENT_TEST")}
+    for name in CALLERS_SETTINGS:
+        os.environ.pop(name, None)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class SessionErrors:
+    """Why a session ended before it graded: pytest.main prints a usage error (or a plugin or conftest that would
+    not load) on stderr and returns only an exit code, so the cause is kept here for the GraderError to name. These
+    two hooks are called on a plugin given to pytest.main, before its configuration is parsed."""
+
+    def __init__(self) -> None:
+        self.cause: str | None = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_cmdline_parse(self) -> Generator[None, object, object]:
+        return (yield from self._kept())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_cmdline_main(self) -> Generator[None, object, object]:
+        return (yield from self._kept())
+
+    def _kept(self) -> Generator[None, object, object]:
+        try:
+            return (yield)
+        except Exception as e:
+            text = "; ".join(line.strip() for line in str(e).splitlines()
+                             if line.strip() and not line.startswith("usage:"))
+            self.cause = text if isinstance(e, pytest.UsageError) else f"{type(e).__name__}: {text}"
+            raise
 
 
 class NativeTracebacks:
@@ -58,11 +117,15 @@ def grade_notebook(path: str | Path, aid: str, items: list[str] | None = None, d
                                experiments=experiments, limits=limits, threads=threads, log=log,
                                experiments_at_once=experiments_at_once,
                                failed_elsewhere=frozenset(failed_elsewhere), budget_end=budget_end))
-    code = pytest.main([str(suite_path(aid)), *IN_PROCESS], plugins=[grading, NativeTracebacks])
+    suite, errors = suite_path(aid), SessionErrors()
+    with without_callers_settings():
+        code = pytest.main([str(suite), *IN_PROCESS, "--rootdir", str(suite.parent)],
+                           plugins=[grading, NativeTracebacks, errors])
     if grading.grader_error or code == GRADER_FAILED:
         raise GraderError(grading.grader_error or "the grading session failed") from grading.grader_exception
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if grading.results is None:
-        raise GraderError(f"the grading session ended ({getattr(code, 'name', code)}) without results")
+        cause = f": {errors.cause}" if errors.cause else ""
+        raise GraderError(f"the grading session ended ({getattr(code, 'name', code)}) without results{cause}")
     return grading.results

@@ -5,7 +5,8 @@ penalty (what an LMS imports), the penalty computed from the submission's timest
 today's extensions (nbgrader_late.py), and beside it the grader's automatic points (the penalty is on these) and the
 written answers' (graded by TAs in formgrader; blank and `pending` until every answer is graded): reports/written.py.
 Written with the csv module, every text cell guarded against spreadsheet formulas (nbgrader's own writes names
-unquoted).
+unquoted), and every score to the cent as `course export grades` writes it (reports/tables.py score_text; nbgrader's
+own writes the float unrounded), the row adding up: raw_score - late_submission_penalty = score.
 """
 import csv
 
@@ -14,7 +15,7 @@ from nbgrader.plugins.export import ExportPlugin
 
 from autograder.course.config import load_course
 from autograder.integrations.nbgrader_late import course_penalty
-from autograder.reports.tables import as_cell
+from autograder.reports.tables import as_cell, penalty_text, score_text
 from autograder.reports.written import automatic_of_submission, written_of_submission
 
 COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email", "raw_score",
@@ -55,7 +56,7 @@ class CourseExportPlugin(ExportPlugin):
             return [""] * len(items)
         scored = {g.name[len("test_"):]: g.auto_score or 0.0 for nb in sub.notebooks for g in nb.grades
                   if g.name.startswith("test_")}
-        return [scored.get(i, "") for i in items]
+        return [score_text(scored[i]) if i in scored else "" for i in items]
 
     @staticmethod
     def submitted(gradebook, assignment, student):
@@ -71,6 +72,8 @@ class CourseExportPlugin(ExportPlugin):
         # the course's penalty for this timestamp and today's extensions (nbgrader's stored one dates from autograde)
         penalty = course_penalty(assignment.name, student.id, sub) if assignment.name in load_course().assignments \
             else sub.late_submission_penalty
-        return [sub.timestamp or "", *names, sub.score, penalty, max(0.0, sub.score - penalty), assignment.max_score,
-                automatic, automatic_max, "" if written.pending else written.score, written.max_score,
+        score = max(0.0, sub.score - penalty)
+        return [sub.timestamp or "", *names, score_text(sub.score), penalty_text(sub.score, score), score_text(score),
+                score_text(assignment.max_score), score_text(automatic), score_text(automatic_max),
+                "" if written.pending else score_text(written.score), score_text(written.max_score),
                 "pending" if written.pending else "graded"]

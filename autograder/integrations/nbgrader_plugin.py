@@ -39,9 +39,10 @@ from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer, Unicode
 
-from autograder.course.config import course_root
+from autograder.course.config import course_root, load_course
 from autograder.errors import ConfigError
 from autograder.notebooks.cells import nbgrader_meta, read_notebook
+from autograder.notebooks.identify import not_of
 from autograder.notebooks.repair import repair
 from autograder.reports.feedback import summary_html
 from autograder.reports.tables import item_summary, score_text
@@ -173,12 +174,12 @@ class CourseAutograde(Autograde):
     def pregrade(self, pending, graded, where, device, say, graded_one):
         """Grade every collected notebook on the Dask cluster `where` names, `course grade`'s way, into
         `graded`/<assignment>; `graded_one(assignment, student)` as each is done."""
-        from autograder.batch.run import find_submissions
         from autograder.batch.scheduler import grade_class
+        from autograder.batch.submissions import find_submissions
         for aid in sorted({aid for aid, _ in self._collected}):
             written = sorted(p for student in {s for a, s in self._collected if a == aid}
                              if (p := pending / aid / student).is_dir())
-            subs = find_submissions(written, aid)
+            subs = find_submissions(written, aid, say=self.log.warning)
             if not subs:
                 continue
             self.log.info("grading %d submissions of %s on the cluster at %s", len(subs), aid, where.scheduler)
@@ -280,6 +281,10 @@ class CourseAutograde(Autograde):
             nb, error = read_notebook(path)
             if nb is None:
                 self.stop(f"student '{student}': not graded: {error}")
+            other = not_of(path, aid, load_course())
+            if other:  # never graded as this assignment, nor repaired into it
+                self.stop(f"student '{student}': not graded as {aid}: {Path(path).name} is a notebook {other}; "
+                          f"put {aid}'s own notebook in {folder} and autograde again")
         return sorted(found.values())
 
     def stop(self, message):

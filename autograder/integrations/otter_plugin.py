@@ -236,6 +236,7 @@ def apply_lateness(result, root, aid):
     from autograder.course.config import load_course
     from autograder.course.submission_times import from_gradescope, iso
     from autograder.reports.final_grade import final_grade
+    from autograder.reports.tables import cents, score_text
     meta = root / "submission_metadata.json"
     zipped = root / "source" / "course" / "course.yaml"
     course = load_course(zipped if zipped.is_file() else None)
@@ -247,11 +248,13 @@ def apply_lateness(result, root, aid):
     grade = final_grade(course, aid, "", raw, submitted, {("", aid): extension})
     result["extra_data"].update(submitted_at=iso(submitted), raw_score=raw, lateness=grade.lateness.text(),
                                 extension_days=extension)
-    if grade.penalty:
-        result["tests"].append({"name": "Late submission", "score": -grade.penalty, "max_score": 0,
+    penalty = cents(raw) - cents(grade.final)  # to the cent, as every export: raw - penalty = final
+    if penalty:
+        result["tests"].append({"name": "Late submission", "score": -float(penalty), "max_score": 0,
                                 "visibility": "visible", "output": f"{grade.lateness.text()} (due "
-                                f"{grade.lateness.due.isoformat()}): {raw:g} points become {grade.final:g}"})
-    result["score"] = grade.final
+                                f"{grade.lateness.due.isoformat()}): {score_text(raw)} points become "
+                                f"{score_text(grade.final)}"})
+    result["score"] = float(cents(grade.final))
 
 
 def run_autograder(autograder_dir="/autograder"):

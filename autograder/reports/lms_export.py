@@ -14,13 +14,17 @@ guarded against spreadsheet formulas.
 - moodle: one user-key column (the roster's `email`, `username` or `idnumber`: --moodle-key) and one per
   assignment, named by its title;
 - csv: one row per student, per assignment its items' points, raw, lateness, penalty, written and final.
+
+Every figure is exact to the cent (tables.cents: as many decimals as it has, at most two), and every row adds up:
+raw + written - penalty = final (written: 0 while pending).
 """
 import csv
 import io
 from typing import NamedTuple
 
 from autograder.course.roster import student_of
-from autograder.reports.tables import as_cell, item_summary, score_text
+from autograder.errors import ConfigError
+from autograder.reports.tables import as_cell, cents, item_summary, penalty_text, score_text
 
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 LMS = ("canvas", "moodle", "csv")
@@ -34,26 +38,28 @@ class Grade(NamedTuple):
 
     @property
     def value(self) -> float:
-        return round(self.final.final + (self.written.score or 0 if self.written else 0), 4)
+        """The grade exported: the final automatic points and the written ones, each to the cent (tables.cents)."""
+        return float(cents(self.final.final) + cents(self.written.score or 0 if self.written else 0))
 
 
 def class_grades(rows_by_aid, say):
     """aid -> student -> Grade, from each assignment's results ((name, result)); `say(line)` for what a TA must
-    know: a second notebook of one student, written answers still pending."""
+    know: written answers still pending. Two results for one student on one assignment (secA/alice and secB/alice,
+    alice and alice~2) are a ConfigError naming both."""
     from autograder.course.config import load_course
     from autograder.course.extensions import read_extensions
     from autograder.reports.final_grade import final_grade, submitted_at
     from autograder.reports.written import written_grades
     course, extensions = load_course(), read_extensions()
+    twice = [f"{student} on {aid} ({', '.join(names)})" for aid, rows in rows_by_aid.items()
+             for student, names in results_by_student(rows).items() if len(names) > 1]
+    if twice:  # which one is the grade is the TA's call, never the first one found
+        raise ConfigError(f"two results for one student: {'; '.join(twice)}; keep the one that is the student's "
+                          f"submission in the results folder (move the other out) and export again (nothing was "
+                          f"written)")
     out = {}
     for aid, rows in rows_by_aid.items():
-        by_student = {}
-        for name, result in sorted(rows, key=lambda r: (student_of(r[0]) != r[0].rsplit("/", 1)[-1], r[0])):
-            student = student_of(name)
-            if student in by_student:
-                say(f"{aid}: {name} is a second result of {student}; the first ({by_student[student][0]}) is exported")
-                continue
-            by_student[student] = (name, result)
+        by_student = {student_of(name): (name, result) for name, result in rows}
         written = written_grades(aid, set(by_student))
         pending = sorted(s for s, w in written.items() if w.pending)
         if pending:
@@ -64,6 +70,14 @@ def class_grades(rows_by_aid, say):
             out[aid][student] = Grade(result, final_grade(course, aid, student, result["score"],
                                                           submitted_at(result), extensions), written.get(student))
     return out
+
+
+def results_by_student(rows):
+    """student -> the names of their results in `rows` ((name, result)), sorted."""
+    found = {}
+    for name, _ in rows:
+        found.setdefault(student_of(name), []).append(name)
+    return {student: sorted(names) for student, names in found.items()}
 
 
 def export_table(lms, grades, roster, moodle_key="email"):
@@ -103,7 +117,7 @@ def export_table(lms, grades, roster, moodle_key="email"):
             line += [score_text(grade.result["score"]),
                      "" if grade.written is None or grade.written.pending else score_text(grade.written.score),
                      late.submitted.isoformat() if late.submitted else "", late.text(),
-                     score_text(grade.final.penalty), score_text(grade.value)]
+                     penalty_text(grade.result["score"], grade.final.final), score_text(grade.value)]
         table.append(line)
     return table
 

@@ -1,12 +1,14 @@
 """What people read: per-item summaries and reasons, the grade table, CSV rows, the experiments' figures, HTML."""
 import csv
 import textwrap
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import NamedTuple
 
 WIDTH = 120  # the terminal table's width
 GRADER_ERROR = "grader error"  # the grade table's total for a submission the grader failed on
 TEMPLATES = Path(__file__).parent / "templates" / "report"
+CENT = Decimal("0.01")
 
 
 def item_summary(result):
@@ -64,8 +66,23 @@ def lost_points(result, limit=4):
     return reasons[:limit], extra
 
 
-def score_text(value):
-    return f"{value:.1f}" if value != int(value) else f"{int(value)}"
+def cents(value) -> Decimal:
+    """Points to the cent, as every table, page and export gives them: the decimal the float stands for (its
+    shortest repr: 29 * 0.85 is 24.65, not 24.6499...) rounded half up, as formgrader shows scores
+    (roundToPrecision(x, 2)). nbgrader 0.9.6's own `nbgrader export` writes str() of the float, unrounded."""
+    return Decimal(repr(float(value))).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def score_text(value) -> str:
+    """Points as shown and exported: to the cent, with the decimals it has and no more (24.65, 24.6, 29)."""
+    text = f"{cents(value):f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def penalty_text(raw, final) -> str:
+    """The points a penalty took, as the difference of the two figures shown (each to the cent), so that every
+    row adds up: raw - penalty = final, to the cent."""
+    return score_text(cents(raw) - cents(final))
 
 
 def grade_table(rows, items, points=None, width=WIDTH, marks=None, columns=(), notes=()):
@@ -164,15 +181,16 @@ def write_csv(path, rows, items, written=None, finals=None):
             said, final = (written or {}).get(student), (finals or {}).get(student)
             tail = ([] if not finals else ["", "", "", ""] if final is None else
                     [final.lateness.submitted.isoformat() if final.lateness.submitted else "", final.lateness.text(),
-                     final.penalty, final.final])
+                     penalty_text(final.raw, final.final), score_text(final.final)])
             tail += ([] if not written else ["", "", ""] if said is None else
-                     ["" if said.pending else said.score, said.max_score, "pending" if said.pending else "graded"])
+                     ["" if said.pending else score_text(said.score), score_text(said.max_score),
+                      "pending" if said.pending else "graded"])
             if not_scored(result):  # blank, never a 0 a gradebook import would take for a grade
                 w.writerow([as_cell(student), *[""] * len(items), "", "", *tail])
                 continue
             by_item = item_summary(result)
-            w.writerow([as_cell(student), *[by_item.get(i, (0, 0, []))[0] for i in items], result["score"],
-                        result["max_score"], *tail])
+            w.writerow([as_cell(student), *[score_text(by_item.get(i, (0, 0, []))[0]) for i in items],
+                        score_text(result["score"]), score_text(result["max_score"]), *tail])
 
 
 def not_scored(result):

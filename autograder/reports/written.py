@@ -2,8 +2,10 @@
 
 The automatic points (checks and experiments) are final when the grader has run. A student's written points are
 `pending` until a TA has graded every written answer of that submission in formgrader (an answer left as released
-is 0 without a TA, as nbgrader scores it). Extra credit a TA gives in formgrader counts here, on any cell; a TA's
-override of an autograded cell changes nbgrader's own total only, never the grader's automatic points.
+is 0 without a TA, as nbgrader scores it). A TA's grade stays through later autogrades while the answer's text is
+the one graded, and an answer changed since is pending again (integrations/nbgrader_grades.py keeps the gradebook
+so). Extra credit a TA gives in formgrader counts here, on any cell; a TA's override of an autograded cell changes
+nbgrader's own total only, never the grader's automatic points.
 """
 from pathlib import Path
 from typing import NamedTuple
@@ -87,9 +89,17 @@ def written_of_submission(submission):
     grades = [g for nb in submission.notebooks for g in nb.grades]
     written = [g for g in grades if g.name.startswith("answer_")]
     graded = sum(not g.needs_manual_grade for g in written)
-    score = sum(g.score or 0.0 for g in written) + sum(g.extra_credit or 0.0 for g in grades)
+    # nbgrader's Grade.score already holds a cell's extra credit: the TA's score (else the automatic one) is taken
+    # apart from it, so that extra credit counts once, as in nbgrader's own total
+    score = sum(_given(g) for g in written) + sum(g.extra_credit or 0.0 for g in grades)
     return WrittenGrade(score if graded == len(written) else None, sum(g.max_score for g in written), graded,
                         len(written))
+
+
+def _given(grade):
+    """A written answer's points without its extra credit: the TA's score, else nbgrader's automatic one (0 for an
+    answer left as released)."""
+    return grade.manual_score if grade.manual_score is not None else grade.auto_score or 0.0
 
 
 def automatic_of_submission(submission):

@@ -163,18 +163,19 @@ def test_the_feedback_page_shows_each_repair_on_a_line_of_its_own():
     assert "<p class='lost student-text'>one\ntwo\nsetup cell &#39;setup_x&#39; was changed</p>" in summary_html(result)
 
 
-def autograde_in(root, *names, content=None):
-    """nbgrader's converter as `nbgrader autograde` makes it, for bob's submission of `names` to a1 (notebook lab)."""
+def autograde_in(root, *names, content=None, aid="a1", released="lab"):
+    """nbgrader's converter as `nbgrader autograde` makes it, for bob's submission of `names` to `aid` (notebook
+    `released`)."""
     from nbgrader.coursedir import CourseDirectory
 
     from autograder.integrations.nbgrader_plugin import CourseAutograde
-    folder = root / "submitted" / "bob" / "a1"
+    folder = root / "submitted" / "bob" / aid
     folder.mkdir(parents=True)
     for name in names:
         (folder / name).write_text(content if content is not None else nbformat.writes(solved()))
     converter = CourseAutograde(coursedir=CourseDirectory(root=str(root), submitted_directory="submitted"))
     converter.notebooks, converter.file_notes = sorted(str(folder / n) for n in names), {}
-    converter.released_names = lambda aid: ["lab"]  # what the gradebook says (the nbgrader test reads a real one)
+    converter.released_names = lambda aid: [released]  # what the gradebook says (the nbgrader test reads a real one)
     return converter, folder
 
 
@@ -196,6 +197,24 @@ def test_two_notebooks_of_other_names_or_a_broken_file_stop_the_student_with_the
     converter, folder = autograde_in(tmp_path / "broken", "lab.ipynb", content="{not json")
     with pytest.raises(NbGraderException, match=r"student 'bob': not graded: lab.ipynb is not a readable notebook"):
         converter.take_notebooks("a1", "bob")
+
+
+def test_another_assignments_notebook_in_this_ones_folder_stops_the_student_and_is_not_repaired(tmp_path):
+    """bob put lab14's notebook in w8l4's folder, under lab14's name or w8l4's: never graded (nor repaired) as
+    w8l4; his own w8l4 notebook, under any name, is."""
+    from nbgrader.converters.base import NbGraderException
+
+    from autograder.notebooks.examples import release_notebook
+    w8l4, lab14 = "w8l4_transformers", "lab14_transformers"
+    for name in (f"{lab14}.ipynb", f"{w8l4}.ipynb"):
+        converter, folder = autograde_in(tmp_path / name, name, content=nbformat.writes(release_notebook(lab14)),
+                                         aid=w8l4, released=w8l4)
+        with pytest.raises(NbGraderException, match=rf"student 'bob': not graded as {w8l4}: {w8l4}.ipynb is a "
+                                                    rf"notebook whose cells are {lab14}'s"):
+            converter.take_notebooks(w8l4, "bob")
+    converter, folder = autograde_in(tmp_path / "own", "mine.ipynb", content=nbformat.writes(release_notebook(w8l4)),
+                                     aid=w8l4, released=w8l4)
+    assert converter.take_notebooks(w8l4, "bob") == [str(folder / f"{w8l4}.ipynb")]
 
 
 def test_a_file_that_is_not_a_notebook_says_to_submit_the_ipynb(tmp_path):

@@ -296,3 +296,104 @@ def test_a_result_of_some_items_only_is_no_grade_to_export(course_folder, tmp_pa
                  "-o", str(out)]) == 2
     assert "graded on some items only (course grade --items): lab14_transformers/alice" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_two_results_of_one_student_stop_the_export_naming_both(course_folder, tmp_path, capsys):
+    """alice~2 (a second notebook of alice's folder) and secA/alice, secB/alice: which one is alice's grade is the
+    TA's call, never the first one found."""
+    graded = results_folder(tmp_path / "graded" / AID, {"alice": 29, "alice~2": 0, "bob": 20}, {})
+    (tmp_path / "roster.csv").write_text("student,email\nalice,a@x.edu\nbob,b@x.edu\n")
+    out = tmp_path / "moodle.csv"
+    args = ["export", "grades", str(graded.parent), "--roster", str(tmp_path / "roster.csv"), "--lms", "moodle",
+            "-o", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"two results for one student: alice on {AID} ({AID}/alice, {AID}/alice~2)" in err, err
+    assert len(err.splitlines()) == 1 and not out.exists()
+    (graded / "alice~2.json").unlink()  # the TA keeps the one that is alice's: the export goes through
+    assert main(args) == 0
+    assert list(csv.reader(out.open()))[1] == ["a@x.edu", "29"]
+
+
+# 29 raw points a started day late at 15% a day: 24.65, the penalty 4.35 (issue 59: exported as 24.6 and 4.3)
+LATE_BY_A_DAY = {"alice": "2026-12-13T01:00:00+00:00"}
+
+
+def fifteen_percent_course(course_folder):
+    raw = yaml.safe_load((course_folder / "course.yaml").read_text())
+    raw["late"] = {"percent_per_day": 15}
+    raw["assignments"][AID]["due"] = "2026-12-12T23:59:00+00:00"
+    (course_folder / "course.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def test_a_final_score_of_24_65_is_exported_to_the_cent_by_every_lms_export(course_folder, tmp_path):
+    fifteen_percent_course(course_folder)
+    graded = results_folder(tmp_path / "graded" / AID, {"alice": 29}, LATE_BY_A_DAY)
+    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER)
+    exported = {}
+    for lms in ("canvas", "moodle", "csv"):
+        out = tmp_path / f"{lms}.csv"
+        assert main(["export", "grades", str(graded.parent), "--roster", str(tmp_path / "roster.csv"), "--lms", lms,
+                     "-o", str(out)]) == 0
+        exported[lms] = list(csv.reader(out.open()))
+    assert exported["canvas"][2][-1] == "24.65" and exported["moodle"][1] == ["alice@x.edu", "24.65"]
+    row = dict(zip(exported["csv"][0], exported["csv"][1], strict=True))
+    assert (row[f"{AID}:raw"], row[f"{AID}:penalty"], row[f"{AID}:final"]) == ("29", "4.35", "24.65")
+    assert row[f"{AID}:lateness"] == "1 day late: -15%"
+
+
+def test_a_final_score_of_24_65_is_exported_to_the_cent_by_course_grade_csv(course_folder, tmp_path):
+    from autograder.reports.final_grade import final_grades
+    from autograder.reports.tables import write_csv
+    from tests.test_report import result
+    fifteen_percent_course(course_folder)
+    rows = [("alice", result(aid=AID, experiments=dict.fromkeys(load_course_here().assignment(AID).experiments)))]
+    finals = final_grades(AID, rows, times={"alice": datetime(2026, 12, 13, 1, tzinfo=UTC)})
+    write_csv(tmp_path / "grades.csv", rows, list(load_items()), finals=finals)
+    [row] = list(csv.DictReader((tmp_path / "grades.csv").open()))
+    assert (row["score"], row["penalty"], row["final_score"]) == ("29", "4.35", "24.65")
+
+
+def test_a_final_score_of_24_65_is_exported_to_the_cent_by_nbgrader_export(course_folder, tmp_path, monkeypatch):
+    import os
+    import sys
+
+    from nbgrader.api import Gradebook
+
+    from autograder.integrations.nbgrader_export import CourseExportPlugin
+    fifteen_percent_course(course_folder)
+    # a new gradebook runs nbgrader's migrations with this environment's alembic, as `nbgrader` finds it
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
+    assignment = load_course_here().assignment(AID)
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+        gb.add_assignment(AID, duedate=datetime(2026, 12, 12, 23, 59))
+        gb.update_or_create_notebook(AID, AID)
+        for item in assignment.items:
+            gb.update_or_create_grade_cell(f"test_{item}", AID, AID, max_score=assignment.item_points(item),
+                                           cell_type="code")
+        gb.add_student("alice")
+        gb.add_submission(AID, "alice", timestamp=datetime(2026, 12, 13, 1))  # nbgrader's: naive UTC
+        for item in assignment.items:  # every check passed: 29 automatic points
+            grade = gb.find_grade(f"test_{item}", AID, AID, "alice")
+            grade.auto_score = assignment.item_points(item)
+        gb.db.commit()
+        CourseExportPlugin(to=str(tmp_path / "nbgrader.csv")).export(gb)
+    [row] = list(csv.DictReader((tmp_path / "nbgrader.csv").open()))
+    assert (row["raw_score"], row["late_submission_penalty"], row["score"]) == ("29", "4.35", "24.65")
+
+
+def test_a_final_score_of_24_65_is_exported_to_the_cent_to_gradescope(course_folder, tmp_path):
+    from autograder.integrations.otter_plugin import apply_lateness
+    fifteen_percent_course(course_folder)
+    (tmp_path / "submission_metadata.json").write_text(json.dumps({
+        "created_at": LATE_BY_A_DAY["alice"], "users": [{"name": "alice"}]}))
+    graded = {"tests": [{"name": "all", "score": 29.0, "max_score": 29.0}], "extra_data": {}}
+    apply_lateness(graded, tmp_path, AID)
+    [late] = [t for t in graded["tests"] if t["name"] == "Late submission"]
+    assert (graded["score"], late["score"]) == (24.65, -4.35)
+    assert json.loads(json.dumps(graded))["score"] == 24.65 and "29 points become 24.65" in late["output"]
+
+
+def load_course_here():
+    from autograder.course.config import load_course
+    return load_course()
