@@ -1,8 +1,7 @@
-"""The `course` command: one verb per job over the shared core (grade, regrade, report, solve, sync, release,
+"""The `course` command: one verb per job over the shared core (grade, regrade, report, stats, solve, sync, release,
 export, extend, experiments, formgrader, demo, doctor)."""
 import argparse
 import atexit
-import contextlib
 import json
 import os
 import signal
@@ -13,34 +12,6 @@ from pathlib import Path
 
 from autograder.course.config import course_root, load_course, released_notebook
 from autograder.errors import ConfigError
-from autograder.reports.tables import GRADER_ERROR, not_scored
-
-
-@contextlib.contextmanager
-def progress_reporter(total):
-    """grade_batch's progress callback: a tqdm bar on a terminal's stderr, one plain line per submission otherwise;
-    a result taken from the results folder says so ('reused')."""
-    t0 = time.time()
-
-    def line(name, result, how):
-        score = GRADER_ERROR if not_scored(result) else f"{result['score']:g}/{result['max_score']:g}"
-        return f"{name}: {score}" + ("" if how == "graded" else f" ({how})")
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-        bar = tqdm(total=total, unit="notebook", file=sys.stderr, dynamic_ncols=True)
-
-        def progress(done, total, name, result, how):
-            bar.set_postfix_str(line(name, result, how), refresh=False)
-            bar.update(1)
-        try:
-            yield progress
-        finally:
-            bar.close()
-        return
-
-    def progress(done, total, name, result, how):
-        print(f"[{done}/{total}] {line(name, result, how)} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
-    yield progress
 
 
 def cmd_regrade(args):
@@ -60,6 +31,7 @@ def cmd_grade(args, subs=None):
         os.environ["COURSE_ALLOW_UNISOLATED"] = "1"
     import textwrap
 
+    from autograder.apps.progress import progress_reporter
     from autograder.batch.changes import append_changes, change_lines, changes
     from autograder.batch.results import HISTORY, record_submission_times
     from autograder.batch.scheduler import Where, grade_class
@@ -226,12 +198,14 @@ def cmd_release(args):
 
 def cmd_experiments(args):
     from autograder.grading.experiments import run_reference
+    from autograder.reports.experiment_stats import remember_reference
     from autograder.reports.tables import format_row
     course = load_course()
     failed = 0
     for aid in args.ids or course.assignments:
         for name, exp in course.assignment(aid).experiments.items():
             result = run_reference(aid, name, device=args.device)
+            remember_reference(aid, result, args.device)  # the class report's plot shows it beside the class's
             print(format_row(exp, result), flush=True)
             failed += not result.passed
     return 1 if failed else 0
@@ -261,14 +235,24 @@ def cmd_extend(args):
 
 def cmd_report(args):
     from autograder.reports.class_report import class_report, similar_text
+    stats = []
     try:
-        page = class_report(args.results_dir)
+        page = class_report(args.results_dir, stats)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     Path(args.out).write_text(page)
     for line in similar_text(args.results_dir):
         print(line)
     print(f"class report written to {args.out}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([s.as_json() for s in stats], indent=1))
+        print(f"per-check and per-experiment statistics written to {args.json}")
+    return 0
+
+
+def cmd_stats(args):
+    from autograder.reports.class_stats import folder_stats, stats_lines
+    print("\n\n".join("\n".join(stats_lines(s)) for s in folder_stats(args.results_dir, args.assignment)))
     return 0
 
 
@@ -361,7 +345,15 @@ def build_parser():
     s = sub.add_parser("report", help="the class's view as one HTML page, from a folder of results.json files")
     s.add_argument("results_dir", metavar="RESULTS_DIR", help="what `course grade --results-dir` wrote")
     s.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default report.html)")
+    s.add_argument("--json", metavar="FILE", help="also write each assignment's per-check and per-experiment "
+                   "statistics (those of `course stats`) as JSON, for scripts")
     s.set_defaults(run=cmd_report)
+
+    s = sub.add_parser("stats", help="per check of one assignment: attempted, pass rate, discrimination, the "
+                                     "failing reasons, and the checks and experiments to distrust (docs/TA.md)")
+    s.add_argument("results_dir", metavar="RESULTS_DIR", help="what `course grade --results-dir` wrote")
+    s.add_argument("--assignment", "-a", required=True, help="the assignment's id in course.yaml")
+    s.set_defaults(run=cmd_stats)
 
     s = sub.add_parser("sync",
                        help="rewrite source notebooks' graded cells from solutions/ and points from course.yaml")

@@ -37,6 +37,9 @@ def test_course_yaml_loads_with_the_lectures_assignments_first():
     (TEXT.replace("points: {exists: 1, shapes: 1, values: 1, gradients: 1}",
                   "points: {exists: 1, shapes: 1, value: 1, gradients: 1}", 1),
      "assignments.w8l1_attention_vision.items.mse_loss.points.value"),
+    (TEXT.replace("  upper_fraction: 0.27", "  upper_fraction: 1.5"), "statistics.upper_fraction"),
+    (TEXT.replace("    time limit: '\\(time limit\\)'", "    time limit: '(time limit'"),
+     "statistics.grader_reasons"),
 ])
 def test_a_wrong_key_or_value_names_the_key_and_the_file(bad, key):
     with pytest.raises(ConfigError) as err:

@@ -146,12 +146,14 @@ def mutation_problems(aid: str, assignment: Assignment, limit: int, items: list[
 def seed_problems(aid: str, assignment: Assignment, seeds: int) -> list[str]:
     """Each graded experiment's bounds cleared by the reference with course.yaml's minimum margin, on seeds 0..N-1."""
     from autograder.grading.experiments import run_reference
+    from autograder.reports.experiment_stats import remember_reference
     course = load_course()
     margin, problems = course.experiments.min_margin, []
     for name, exp in assignment.experiments.items():
         limit = course.limits_for(aid, exp.item).experiment_seconds if exp.item else None
         for seed in range(seeds) if exp.graded else ():
             run = run_reference(aid, name, seed=seed)
+            remember_reference(aid, run, "cpu")  # run_reference's device: the class report's plot shows it
             metrics = run.metrics
             if limit and run.seconds > limit / 2:  # a loaded grader, or a slower one, would run out of time
                 problems.append(f"{aid}: experiment '{name}' took the reference {run.seconds:.0f} s on seed {seed}, "

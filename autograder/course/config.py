@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from autograder.course.report_settings import Similarity, Statistics
 from autograder.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]  # the package's own checkout (or site-packages): its code, not the course
@@ -325,13 +326,6 @@ class Data(Strict):
     mnist_download: bool = False
 
 
-class Similarity(Strict):
-    """`course report`'s similar submissions (autograder/reports/similarity.py)."""
-    enabled: bool = True
-    min_nodes: int = Field(40, ge=1)  # an item's code shorter than this (syntax nodes) is not compared
-    min_items: int = Field(2, ge=1)   # a group is shown when it shares at least this many items
-
-
 class Course(Strict):
     course: str
     data: Data
@@ -345,6 +339,7 @@ class Course(Strict):
     gradescope: Gradescope = Gradescope()
     # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)
     similarity: Similarity = Field(Similarity(), exclude=True)
+    statistics: Statistics = Field(Statistics(), exclude=True)  # `course stats`' flags: likewise
     assignments: dict[str, Assignment]
     # oracle name (an item's `from_scratch`) -> the dotted paths of the functions it stands for, watched in the sandbox
     oracles: dict[str, list[str]] = Field({}, validate_default=True)

@@ -1,11 +1,10 @@
 """The TA's class view: one HTML page from a folder of results.json files (`course grade --results-dir`)."""
-import base64
-import io
-import json
-import re
 from collections import Counter
-from pathlib import Path
 
+# load_results and normalised are read from here too (apps/semester.py, the tests): the folder's, re-exported
+from autograder.reports.class_stats import assignment_stats
+from autograder.reports.experiment_stats import with_figure
+from autograder.reports.results_folder import by_assignment, figure_png, load_results, normalised  # noqa: F401
 from autograder.reports.tables import (
     experiment_figures,
     item_reasons,
@@ -15,42 +14,7 @@ from autograder.reports.tables import (
     restored_points,
 )
 
-NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")  # not digits of a name
 TOP_REASONS = 5
-
-
-def load_results(folder):
-    """(name, result) for each results file under the folder, at any depth (one folder per assignment or section:
-    the name is the path below `folder`, secA/alice); files that are not results, and grader failures, are
-    skipped."""
-    folder = Path(folder)
-    rows = []
-    for path in sorted(folder.rglob("*.json")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or ".ipynb_checkpoints" in rel.parts:
-            continue  # the replaced results' history (.history), Jupyter's copies: not this class's results
-        try:
-            result = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(result, dict) and isinstance(result.get("tests"), list) \
-                and {"score", "max_score"} <= set(result) and not result.get("extra_data", {}).get("grader_error"):
-            rows.append((rel.with_suffix("").as_posix(), result))
-    return rows
-
-
-def normalised(reason):
-    """A reason with its numbers replaced by '#', so that the same mistake with other figures counts once."""
-    return NUMBER.sub("#", reason)
-
-
-def figure_png(fig):
-    """A matplotlib figure as base64 PNG, which the page shows inline: the report is one self-contained file."""
-    import matplotlib.pyplot as plt
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def totals_figure(rows, max_score):
@@ -77,33 +41,10 @@ def items_figure(items, means, maxima):
     return figure_png(fig)
 
 
-def experiment_figure(exp, found):
-    """One histogram per metric that matters (the experiment's own and each with a threshold), each with its
-    threshold and the lecture's figure where course.yaml gives them."""
-    import matplotlib.pyplot as plt
-    metrics = [m for m in dict.fromkeys([exp.metric, *exp.threshold])
-               if any(m in f["metrics"] for f in found)]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 1, 2.6), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        values = [f["metrics"][metric] for f in found if metric in f["metrics"]]
-        ax.hist(values, bins=min(20, max(5, len(values))), color="C1")
-        bound = exp.threshold.get(metric)
-        for side in ("min", "max"):
-            if bound is not None and getattr(bound, side) is not None:
-                ax.axvline(getattr(bound, side), color="C3", ls="--", label=f"threshold {bound}")
-        if metric in exp.lecture:
-            ax.axvline(exp.lecture[metric], color="k", ls=":", label=f"lecture {exp.lecture[metric]:g}")
-        ax.set_xlabel(metric)
-        ax.set_ylabel("submissions")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="best", fontsize=8)
-    fig.suptitle(f"experiment {exp.name}")
-    return figure_png(fig)
-
-
 def assignment_section(aid, rows):
     """The report's part for one assignment (class_report.html.j2): totals, items, reasons, experiments, similar
     submissions."""
+    stats = assignment_stats(aid, rows)  # per check and per experiment (class_stats.py): its own part of the page
     summaries = {name: item_summary(result) for name, result in rows}
     items = items_of(summaries.values())
     maxima = [max(s[i][1] for s in summaries.values() if i in s) for i in items]
@@ -129,8 +70,8 @@ def assignment_section(aid, rows):
             "items": [{"item": item, "mean": mean, "top": top, "reasons": counts[item].most_common(TOP_REASONS),
                        "restored": restored[item][0], "regraded": restored[item][1]}
                       for item, mean, top in zip(items, means, maxima, strict=True)],
-            **experiment_sections(aid, rows), "similar": similar_section(aid, rows),
-            "written": written_section(aid, whole)}
+            **experiment_sections(aid, rows, stats.experiments), "similar": similar_section(aid, rows),
+            "written": written_section(aid, whole), "stats": stats}
 
 
 def written_section(aid, rows):
@@ -155,14 +96,16 @@ def items_of(summaries):
     return list(dict.fromkeys(item for s in summaries for item in s))
 
 
-def experiment_sections(aid, rows):
-    """Per experiment of course.yaml found in the results: what passing needs, how many did, the metrics' spread;
-    or the course.yaml that does not know the assignment."""
+def experiment_sections(aid, rows, found_stats=()):
+    """Per experiment of course.yaml found in the results: what passing needs, how many did, the plot of its figures
+    against the threshold (experiment_stats.with_figure, from `found_stats`); or the course.yaml that does not know
+    the assignment."""
     from autograder.course.config import load_course
     course = load_course()
     if aid not in course.assignments:
         return {"experiments": [], "unknown_in": str(course.path)}
     experiments = course.assignment(aid).experiments
+    plots = {e.name: e for e in found_stats}
     by_exp = {}
     for _, result in rows:
         for f in experiment_figures(result):
@@ -174,7 +117,7 @@ def experiment_sections(aid, rows):
         out.append({"name": name, "description": exp.description, "measured": measured, "found": len(found),
                     "passed": sum(f["passed"] for f in found),
                     "needs": metric_rows({}, {}, found[0]["threshold"]),
-                    "figure": experiment_figure(exp, found) if measured else None})
+                    "figure": with_figure(plots[name]).figure if measured and name in plots else None})
     return {"experiments": out, "unknown_in": None}
 
 
@@ -211,22 +154,19 @@ def and_list(names):
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
-def class_report(folder):
+def class_report(folder, stats=None):
     """The whole report as one HTML string, one section per assignment found (a folder of one assignment's results,
     or of one folder per assignment); rendered with autoescape, so every name and message from a submission is
-    escaped."""
+    escaped. `stats`, a list, gets each assignment's statistics (class_stats.AssignmentStats) as the page shows them."""
     import matplotlib
     matplotlib.use("Agg")
+    from autograder.course.config import load_course
     rows = load_results(folder)
     if not rows:
         raise ValueError(f"no results.json files in {folder} or the folders below it")
     sections = [assignment_section(aid, found) for aid, found in by_assignment(rows).items()]
-    return render_html("class_report.html.j2", folder=str(folder), count=len(rows), sections=sections)
+    if stats is not None:
+        stats.extend(section["stats"] for section in sections)
+    return render_html("class_report.html.j2", folder=str(folder), count=len(rows), sections=sections,
+                       settings=load_course().statistics)
 
-
-def by_assignment(rows):
-    """aid -> its (name, result) rows, the assignments in sorted order."""
-    by_aid = {}
-    for name, result in rows:
-        by_aid.setdefault(result.get("extra_data", {}).get("assignment", "?"), []).append((name, result))
-    return dict(sorted(by_aid.items()))
