@@ -60,20 +60,23 @@ def test_an_inconsistency_is_one_line_naming_it(tmp_path, monkeypatch, capsys, e
     assert code == 1 and says in lines, lines
 
 
-def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("mark, percent", [(0.97, "97%"), (0.985, "98.5%")])  # 98.5%: never rounded into 98%
+def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_path, monkeypatch, capsys, mark,
+                                                                           percent):
     def lower(raw):
-        lab(raw)["experiments"]["memory_task"]["threshold"]["test_accuracy"]["min"] = 0.97
+        lab(raw)["experiments"]["memory_task"]["threshold"]["test_accuracy"]["min"] = mark
     course = course_copy(tmp_path / "course", lower)
     source = course / "assignments" / LAB / f"{LAB}.ipynb"
     said = [m for cell in nbformat.read(source, as_version=4).cells for m in MARKED.finditer(cell.source)]
     assert len(said) >= 3 and {m["text"] for m in said if "test_accuracy" in m["key"]} <= {"99%", "0.99", "99"}
     code, lines = checked(course, monkeypatch, capsys, LAB)
     assert code == 1
-    assert f"{LAB}: the source notebook says '99%' where course.yaml gives '97%' " \
+    assert f"{LAB}: the source notebook says '99%' where course.yaml gives '{percent}' " \
            f"(experiments.memory_task.threshold.test_accuracy.min): run `course sync {LAB}`" in lines, lines
     assert any("the source notebook is out of date in facts" in line for line in lines), lines
-    assert any(line.startswith(f"{LAB}: cell ") and "'99%' where course.yaml gives '97%'" in line
+    assert any(line.startswith(f"{LAB}: cell ") and f"'99%' where course.yaml gives '{percent}'" in line
                and line.endswith(f"(run `course release {LAB}`)") for line in lines), lines
+    assert len(lines) == len(set(lines)), lines  # a cell stating the mark twice is one problem
 
     assert cli.main(["sync", LAB]) == 0
     code, lines = checked(course, monkeypatch, capsys, LAB)
@@ -84,7 +87,9 @@ def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_pa
     for path in (source, course / "release" / LAB / f"{LAB}.ipynb"):
         cells = nbformat.read(path, as_version=4).cells
         text = "\n".join(cell.source for cell in cells)
-        assert "PASS_MARK = 0.97" in text and "0.99" not in text and "99%" not in text, path
+        assert f"PASS_MARK = {mark}" in text and "0.99" not in text and "99%" not in text, path
+        stated = [m["text"] for cell in cells for m in MARKED.finditer(cell.source) if "test_accuracy.min" in m["key"]]
+        assert stated and set(stated) <= {percent, str(mark)}, (path, stated)
     code, lines = checked(course, monkeypatch, capsys, LAB)
     assert code == 0 and lines == [f"{LAB}: ok"], lines
 

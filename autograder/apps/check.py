@@ -223,7 +223,7 @@ def problems_of(aid: str, grade: bool = False, planted: bool = False, mutations:
             where = "".join(f" ({Path(f.filename).name}, line {f.lineno})" for f in
                             inspect.trace()[-1:]) if inspect.trace() else ""
             problems.append(f"{aid}: the {stage} could not be checked: {type(e).__name__}: {e}{where}")
-    return problems
+    return list(dict.fromkeys(problems))  # one line per problem, however many places state it
 
 
 def check(aids=None, grade=False, planted=False, mutations=0, seeds=0) -> int:
