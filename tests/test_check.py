@@ -136,3 +136,15 @@ def test_a_threshold_cleared_by_less_than_the_minimum_margin_is_named(tmp_path, 
     assert re.fullmatch(rf"{LAB}: experiment 'memory_task': the reference's test_accuracy is 0\.99\d* on seed 0, "
                         r"\+0\.0\d+ from its bound \(>= 0\.99\); course\.yaml asks at least 0\.5 "
                         r"\(experiments\.min_margin\)|.* is 1 on seed 0, \+0\.01 from .*", lines[0]), lines
+
+
+def test_course_experiments_shows_every_seed_and_names_one_the_reference_misses(tmp_path, monkeypatch, capsys):
+    def tiny(raw):  # 20 steps: test accuracy about 0.51 on seed 0 and 0.48 on seed 1, so a bar at 0.5 splits them
+        lab(raw)["experiments"]["memory_task"].update(steps=20, threshold={"test_accuracy": {"max": 0.5}})
+    monkeypatch.setenv("COURSE_ROOT", str(course_copy(tmp_path / "course", tiny)))
+    code = cli.main(["experiments", LAB])
+    out, err = capsys.readouterr()
+    rows = [line for line in out.splitlines() if line.startswith(f"{LAB}.memory_task")]
+    assert [re.search(r"seed (\d)\] (ok|MISSED)", row).groups() for row in rows] == [("0", "MISSED"), ("1", "ok")], out
+    assert code == 1 and f"error: {LAB}.memory_task: the reference misses on seed 0 (test_accuracy = " in err, err
+    assert f"`course check {LAB} --seeds N`" in err and "seed 1" not in err, err
