@@ -108,7 +108,10 @@ def test_a_planted_mistake_that_costs_points_on_an_item_it_does_not_feed_is_name
     assert code == 1
     assert f"{LAB}: planted mistake 'PositionalEncoding/stray_global' costs points on "  \
            f"'scaled_dot_product_attention', which does not use 'PositionalEncoding'" in lines, lines
-    assert f"{LAB}: 'EncoderBlock' has no planted mistake in tests/planted/{LAB}.py" in lines, lines
+    assert f"{LAB}: tests/planted/{LAB}.py: 'EncoderBlock' needs two planted mistakes " \
+           f"(PLANTED['EncoderBlock']['wrong'])" in lines, lines
+    assert f"{LAB}: tests/planted/{LAB}.py: graded experiments without a planted training failure: " \
+           f"['memory_task']" in lines, lines  # the same rule, in the same words, as tests/test_grading.py's
     assert not [line for line in lines if "keeps full marks" in line], lines  # its own item uses math too
 
 
