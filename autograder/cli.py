@@ -297,7 +297,7 @@ def cmd_doctor(args):
 
 def cmd_new(args):
     from autograder.apps.new import new
-    return new(args.assignment, args.experiment)
+    return new(args.assignment, args.experiment, args.from_scratch)
 
 
 def cmd_check(args):
@@ -443,6 +443,9 @@ def build_parser():
     s.add_argument("assignment", metavar="ID", help="the new assignment's id (solutions/ID.py must exist)")
     s.add_argument("--experiment", action="append", default=[], metavar="NAME:ITEM",
                    help="a graded training run of ITEM (repeatable): course.yaml entry and harness skeleton")
+    s.add_argument("--from-scratch", action="append", default=[], metavar="ITEM=ORACLE",
+                   help="ITEM is written from scratch: calling ORACLE (a function's dotted path, or a name of "
+                        "course.yaml's oracles:) scores it 0 (repeatable; written to the assignment's own oracles:)")
     s.set_defaults(run=cmd_new)
 
     s = sub.add_parser("check", help="is an assignment safe to hand out: solution, suite, harness, notebook and "

@@ -77,7 +77,53 @@ def setup_source(source: str) -> str:
     return "\n".join([*(line for line in imports if line), *([""] + setup if setup else [])])
 
 
-def yaml_section(aid: str, items: list[Found], experiments: dict[str, str]) -> str:
+def from_scratch_of(specs: list[str], items: list[Found], shared: dict[str, list[str]]) -> tuple[dict, dict]:
+    """`--from-scratch ITEM=ORACLE` options as ({item: [oracle names]}, {name: [dotted path]}, the assignment's own
+    oracles): ORACLE is the dotted path of the function the item may not call (its name, the path's last part), or
+    the name of one in the course's shared `oracles:`."""
+    scratch: dict[str, list[str]] = {}
+    own: dict[str, list[str]] = {}
+    names = [i.name for i in items]
+    for spec in specs:
+        item, _, oracle = spec.partition("=")
+        if item not in names or not oracle:
+            raise ConfigError(f"--from-scratch {spec}: ITEM=ORACLE, with ITEM one of {', '.join(names)} and ORACLE "
+                              f"a function's dotted path (torch.nn.functional.layer_norm) or a name of course.yaml's "
+                              f"`oracles:` ({', '.join(shared) or 'none'})")
+        if "." in oracle:
+            if resolved(oracle) is None:
+                raise ConfigError(f"--from-scratch {spec}: {oracle} does not resolve here (a module and attributes, "
+                                  f"e.g. torch.nn.functional.layer_norm)")
+            name = oracle.rsplit(".", 1)[1]
+            own.setdefault(name, [])
+            own[name] += [oracle] if oracle not in own[name] else []
+        elif oracle in shared or oracle in own:
+            name = oracle
+        else:
+            raise ConfigError(f"--from-scratch {spec}: '{oracle}' is not in course.yaml's `oracles:` "
+                              f"({', '.join(shared)}); give the function's dotted path instead")
+        scratch.setdefault(item, [])
+        scratch[item] += [name] if name not in scratch[item] else []
+    return scratch, own
+
+
+def resolved(path: str):
+    """The object a dotted path names (its longest importable module, then attributes), or None."""
+    import importlib
+    parts = path.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        for attr in parts[k:]:
+            found = getattr(found, attr, None)
+        return found
+    return None
+
+
+def yaml_section(aid: str, items: list[Found], experiments: dict[str, str],
+                 scratch: dict[str, list[str]] | None = None, own: dict[str, list[str]] | None = None) -> str:
     """The assignment's section of course.yaml, as text appended under `assignments:`."""
     out = [f"  {aid}:",
            f"    title: \"{TODO}: the assignment's title\"",
@@ -89,7 +135,13 @@ def yaml_section(aid: str, items: list[Found], experiments: dict[str, str]) -> s
         out.append(f"        signature: {json.dumps(item.signature)}")
         if item.methods:
             out.append("        methods: {" + ", ".join(f"{m}: {json.dumps(s)}" for m, s in item.methods.items()) + "}")
+        if item.name in (scratch or {}):  # calling what it is compared with scores the whole item 0
+            out.append(f"        from_scratch: [{', '.join((scratch or {})[item.name])}]")
         out.append("        points: {" + ", ".join(f"{k}: {v}" for k, v in POINTS.items()) + "}")
+    if own:
+        out.append("    # what its from-scratch items may not call, however reached (the sandbox watches these)")
+        out.append("    oracles:")
+        out += [f"      {name}: [{', '.join(paths)}]" for name, paths in own.items()]
     if experiments:
         out.append("    experiments:")
     for name, item in experiments.items():
@@ -277,7 +329,7 @@ def planted(aid: str, items: list[Found]) -> str:
     return "\n".join(out + ["}", "attach_catches(PLANTED, CATCHES)"]) + "\n"
 
 
-def new(aid: str, experiments: list[str] = ()) -> int:
+def new(aid: str, experiments: list[str] = (), from_scratch: list[str] = ()) -> int:
     """Scaffold assignment `aid` from solutions/<aid>.py; prints what it wrote and what to do next."""
     root = course_root()
     course = load_course()
@@ -299,6 +351,7 @@ def new(aid: str, experiments: list[str] = ()) -> int:
         if not ID.fullmatch(name) or item not in {i.name for i in items}:
             raise ConfigError(f"--experiment {spec}: NAME:ITEM, with ITEM one of {', '.join(i.name for i in items)}")
         runs[name] = item
+    scratch, own = from_scratch_of(list(from_scratch), items, course.oracles)
     files = {root / "assignments" / aid / f"{aid}.ipynb": None,
              PACKAGE / "suites" / f"test_{aid}.py": suite(aid, items),
              root / "tests" / "planted" / f"{aid}.py": planted(aid, items)}
@@ -307,7 +360,7 @@ def new(aid: str, experiments: list[str] = ()) -> int:
     there = [str(path) for path in files if path.exists()]
     if there:
         raise ConfigError(f"{aid}: these files exist already, and course new overwrites nothing: {', '.join(there)}")
-    course.path.write_text(insert_section(course.path.read_text(), yaml_section(aid, items, runs)))
+    course.path.write_text(insert_section(course.path.read_text(), yaml_section(aid, items, runs, scratch, own)))
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         if content is None:
@@ -317,7 +370,8 @@ def new(aid: str, experiments: list[str] = ()) -> int:
     from autograder.notebooks.build import sync
     sync(aid)
     print(f"{aid}: {len(items)} items ({', '.join(i.name for i in items)})" +
-          (f", experiments {', '.join(runs)}" if runs else ""))
+          (f", experiments {', '.join(runs)}" if runs else "") +
+          (f", from scratch {', '.join(scratch)}" if scratch else ""))
     for path in [course.path, *files]:
         print(f"  wrote {path.relative_to(root) if path.is_relative_to(root) else path}")
     print(f"next: `course check {aid}` lists what is left to write, one line each")

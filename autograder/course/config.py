@@ -258,6 +258,10 @@ class Assignment(Strict):
         return aware(value)
     dependencies: Dependencies | None = None  # None: the course's
     preload: list[str] = []  # modules each sandbox zygote imports once its first sandbox is out (course.yaml)
+    # its own from-scratch oracles (`course new --from-scratch ITEM=ORACLE` writes them), name -> dotted paths as the
+    # course's shared `oracles:`, which they extend; left out of a grading's identity while empty (none of the
+    # course's lectures has any), so adding the field regrades nothing
+    oracles: dict[str, list[str]] = Field({}, exclude_if=lambda oracles: not oracles)
     id: str = ""
 
     @model_validator(mode="after")
@@ -353,17 +357,21 @@ class Course(Strict):
     @field_validator("oracles")
     @classmethod
     def oracles_cover_from_scratch(cls, oracles: dict[str, list[str]], info: Any) -> dict[str, list[str]]:
-        for name, paths in oracles.items():
-            bad = [p for p in paths if not DOTTED.fullmatch(p)]
-            if not paths or bad:
-                raise ValueError(f"{name}: needs a list of dotted paths such as torch.nn.functional.mse_loss "
-                                 f"(got {bad or 'none'})")
-        for aid, a in (info.data.get("assignments") or {}).items():
+        assignments = info.data.get("assignments") or {}
+        tables = [("", oracles)] + [(f"assignments.{aid}.oracles.", a.oracles) for aid, a in assignments.items()]
+        for where, table in tables:
+            for name, paths in table.items():
+                bad = [p for p in paths if not DOTTED.fullmatch(p)]
+                if not paths or bad:
+                    raise ValueError(f"{where}{name}: needs a list of dotted paths such as "
+                                     f"torch.nn.functional.mse_loss (got {bad or 'none'})")
+        for aid, a in assignments.items():
             for item, spec in a.items.items():
-                missing = [n for n in spec.from_scratch if n not in oracles]
+                missing = [n for n in spec.from_scratch if n not in oracles and n not in a.oracles]
                 if missing:
                     raise ValueError(f"assignments.{aid}.items.{item}.from_scratch names {', '.join(missing)}, "
-                                     f"which `oracles` does not list (the sandbox would watch nothing for it)")
+                                     f"which neither the assignment's `oracles` nor the course's lists (the sandbox "
+                                     f"would watch nothing for it)")
         return oracles
 
     @model_validator(mode="after")
@@ -387,6 +395,10 @@ class Course(Strict):
         if aid not in self.assignments:
             raise ConfigError(f"{self.path}: no assignment '{aid}' (known: {', '.join(self.assignments)})")
         return self.assignments[aid]
+
+    def oracles_for(self, aid: str) -> dict[str, list[str]]:
+        """The oracles an assignment's from-scratch names stand for: the course's shared table and its own."""
+        return {**self.oracles, **self.assignment(aid).oracles}
 
     def dependencies_for(self, aid: str, experiment: str | None = None) -> str:
         """'independent' or 'cascade': the experiment's own choice, else its assignment's, else the course's."""
