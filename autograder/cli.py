@@ -225,24 +225,8 @@ def cmd_release(args):
 
 
 def cmd_experiments(args):
-    """Every experiment trained with the reference on each of its seeds, a line per seed: a graded run may land on
-    any of them, so a seed the reference misses fails the command, named."""
-    from autograder.grading.experiments import run_reference
-    from autograder.reports.tables import format_row
-    course = load_course()
-    missed = []
-    for aid in args.ids or course.assignments:
-        for name, exp in course.assignment(aid).experiments.items():
-            for seed in exp.seeds:
-                result = run_reference(aid, name, device=args.device, seed=seed)
-                print(format_row(exp, result), flush=True)
-                if not result.passed:
-                    missed.append((aid, name, seed, "; ".join(result.failures)))
-    for aid, name, seed, why in missed:
-        print(f"error: {aid}.{name}: the reference misses on seed {seed} ({why}); grading may train any of its "
-              f"seeds: tune the recipe (steps, threshold, seeds) with `course check {aid} --seeds N`",
-              file=sys.stderr)
-    return 1 if missed else 0
+    from autograder.apps.experiments import experiments
+    return experiments(args.ids, args.device)
 
 
 def cmd_export(args):

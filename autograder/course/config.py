@@ -3,7 +3,6 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
-import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -23,11 +22,11 @@ from pydantic import (
     model_validator,
 )
 
+from autograder.course.oracles import oracle_problem
 from autograder.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]  # the package's own checkout (or site-packages): its code, not the course
 CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
-DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")  # module.attribute[.attribute...]
 
 
 class Strict(BaseModel):
@@ -357,21 +356,9 @@ class Course(Strict):
     @field_validator("oracles")
     @classmethod
     def oracles_cover_from_scratch(cls, oracles: dict[str, list[str]], info: Any) -> dict[str, list[str]]:
-        assignments = info.data.get("assignments") or {}
-        tables = [("", oracles)] + [(f"assignments.{aid}.oracles.", a.oracles) for aid, a in assignments.items()]
-        for where, table in tables:
-            for name, paths in table.items():
-                bad = [p for p in paths if not DOTTED.fullmatch(p)]
-                if not paths or bad:
-                    raise ValueError(f"{where}{name}: needs a list of dotted paths such as "
-                                     f"torch.nn.functional.mse_loss (got {bad or 'none'})")
-        for aid, a in assignments.items():
-            for item, spec in a.items.items():
-                missing = [n for n in spec.from_scratch if n not in oracles and n not in a.oracles]
-                if missing:
-                    raise ValueError(f"assignments.{aid}.items.{item}.from_scratch names {', '.join(missing)}, "
-                                     f"which neither the assignment's `oracles` nor the course's lists (the sandbox "
-                                     f"would watch nothing for it)")
+        problem = oracle_problem(oracles, info.data.get("assignments") or {})
+        if problem:
+            raise ValueError(problem)
         return oracles
 
     @model_validator(mode="after")
