@@ -4,6 +4,7 @@ copy of the course through `course new` with no shared file edited, taken to `co
 for the whole project: the unit layer and every test that selects its id pass in the copy.
 
 Slow by design (it grades, trains and runs the meta-tests on a fourth assignment); the model and budget are tiny."""
+import os
 import re
 import subprocess
 import sys
@@ -44,8 +45,10 @@ def shared_files(root):
 
 
 def pytest_in(copy, *args, timeout=3000):
+    """pytest ARGS in the copy, every process it starts (nbgrader's included) importing the copy's package."""
+    env = {**os.environ, "PYTHONPATH": str(copy)}
     proc = subprocess.run([sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-n", "0"],
-                          cwd=copy, capture_output=True, text=True, timeout=timeout)
+                          cwd=copy, capture_output=True, text=True, timeout=timeout, env=env)
     return proc.returncode, proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
