@@ -81,8 +81,9 @@ def suite(aid: str, items: list[Found], oracles: dict[str, list[str]] | None = N
                     f"def test_{name}_shapes(student, rng):",
                     f"    for label, args in {cases}(rng):",
                     "        student.case(label)",
+                    f"        expected = ref.{name}(*args)",
                     f'        got = student.call("{name}", *args)',
-                    f'        check_tensor("{name}", ref.{name}(*args), got, device=student.device)', "", "",
+                    f'        check_tensor("{name}", expected, got, device=student.device)', "", "",
                     f'@pytest.mark.item("{name}", "values")',
                     f"def test_{name}_values(student, rng):",
                     f"    for label, args in {cases}(rng):",
@@ -90,7 +91,8 @@ def suite(aid: str, items: list[Found], oracles: dict[str, list[str]] | None = N
                     f"        # {TODO}: a PyTorch oracle where one does the same job", *against,
                     f"        expected = ref.{name}(*args)",
                     f'        got = student.call("{name}", *args)',
-                    f'        check_close("{name}", expected, got, atol=tol(student, args[0].dtype),',
+                    "        atol = tol(student, args[0].dtype)",
+                    f'        check_close("{name}", expected, got, atol=atol,',
                     '                    oracle="the reference solution", case=label)']
     return "\n".join(out) + "\n"
 
