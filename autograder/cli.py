@@ -197,18 +197,8 @@ def cmd_release(args):
 
 
 def cmd_experiments(args):
-    from autograder.grading.experiments import run_reference
-    from autograder.reports.experiment_stats import remember_reference
-    from autograder.reports.tables import format_row
-    course = load_course()
-    failed = 0
-    for aid in args.ids or course.assignments:
-        for name, exp in course.assignment(aid).experiments.items():
-            result = run_reference(aid, name, device=args.device)
-            remember_reference(aid, result, args.device)  # the class report's plot shows it beside the class's
-            print(format_row(exp, result), flush=True)
-            failed += not result.passed
-    return 1 if failed else 0
+    from autograder.apps.experiments import experiments
+    return experiments(args.ids, args.device)
 
 
 def cmd_export(args):
@@ -273,7 +263,7 @@ def cmd_doctor(args):
 
 def cmd_new(args):
     from autograder.apps.new import new
-    return new(args.assignment, args.experiment)
+    return new(args.assignment, args.experiment, args.from_scratch)
 
 
 def cmd_check(args):
@@ -370,7 +360,8 @@ def build_parser():
     s.add_argument("ids", nargs="*", metavar="ID", help="assignments to release (default all)")
     s.set_defaults(run=cmd_release)
 
-    s = sub.add_parser("experiments", help="run the lectures' experiments with the reference solutions")
+    s = sub.add_parser("experiments", help="run the lectures' experiments with the reference solutions, each seed; "
+                                           "exit 1 naming any seed the reference misses")
     s.add_argument("ids", nargs="*", metavar="ID", help="assignments whose experiments run (default all)")
     add_device(s, "cpu")
     s.set_defaults(run=cmd_experiments)
@@ -426,6 +417,9 @@ def build_parser():
     s.add_argument("assignment", metavar="ID", help="the new assignment's id (solutions/ID.py must exist)")
     s.add_argument("--experiment", action="append", default=[], metavar="NAME:ITEM",
                    help="a graded training run of ITEM (repeatable): course.yaml entry and harness skeleton")
+    s.add_argument("--from-scratch", action="append", default=[], metavar="ITEM=ORACLE",
+                   help="ITEM is written from scratch: calling ORACLE (a function's dotted path, or a name of "
+                        "course.yaml's oracles:) scores it 0 (repeatable; written to the assignment's own oracles:)")
     s.set_defaults(run=cmd_new)
 
     s = sub.add_parser("check", help="is an assignment safe to hand out: solution, suite, harness, notebook and "

@@ -60,20 +60,23 @@ def test_an_inconsistency_is_one_line_naming_it(tmp_path, monkeypatch, capsys, e
     assert code == 1 and says in lines, lines
 
 
-def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("mark, percent", [(0.97, "97%"), (0.985, "98.5%")])  # 98.5%: never rounded into 98%
+def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_path, monkeypatch, capsys, mark,
+                                                                           percent):
     def lower(raw):
-        lab(raw)["experiments"]["memory_task"]["threshold"]["test_accuracy"]["min"] = 0.97
+        lab(raw)["experiments"]["memory_task"]["threshold"]["test_accuracy"]["min"] = mark
     course = course_copy(tmp_path / "course", lower)
     source = course / "assignments" / LAB / f"{LAB}.ipynb"
     said = [m for cell in nbformat.read(source, as_version=4).cells for m in MARKED.finditer(cell.source)]
     assert len(said) >= 3 and {m["text"] for m in said if "test_accuracy" in m["key"]} <= {"99%", "0.99", "99"}
     code, lines = checked(course, monkeypatch, capsys, LAB)
     assert code == 1
-    assert f"{LAB}: the source notebook says '99%' where course.yaml gives '97%' " \
+    assert f"{LAB}: the source notebook says '99%' where course.yaml gives '{percent}' " \
            f"(experiments.memory_task.threshold.test_accuracy.min): run `course sync {LAB}`" in lines, lines
     assert any("the source notebook is out of date in facts" in line for line in lines), lines
-    assert any(line.startswith(f"{LAB}: cell ") and "'99%' where course.yaml gives '97%'" in line
+    assert any(line.startswith(f"{LAB}: cell ") and f"'99%' where course.yaml gives '{percent}'" in line
                and line.endswith(f"(run `course release {LAB}`)") for line in lines), lines
+    assert len(lines) == len(set(lines)), lines  # a cell stating the mark twice is one problem
 
     assert cli.main(["sync", LAB]) == 0
     code, lines = checked(course, monkeypatch, capsys, LAB)
@@ -84,7 +87,9 @@ def test_a_changed_pass_mark_is_stale_until_synced_then_stated_everywhere(tmp_pa
     for path in (source, course / "release" / LAB / f"{LAB}.ipynb"):
         cells = nbformat.read(path, as_version=4).cells
         text = "\n".join(cell.source for cell in cells)
-        assert "PASS_MARK = 0.97" in text and "0.99" not in text and "99%" not in text, path
+        assert f"PASS_MARK = {mark}" in text and "0.99" not in text and "99%" not in text, path
+        stated = [m["text"] for cell in cells for m in MARKED.finditer(cell.source) if "test_accuracy.min" in m["key"]]
+        assert stated and set(stated) <= {percent, str(mark)}, (path, stated)
     code, lines = checked(course, monkeypatch, capsys, LAB)
     assert code == 0 and lines == [f"{LAB}: ok"], lines
 
@@ -103,7 +108,10 @@ def test_a_planted_mistake_that_costs_points_on_an_item_it_does_not_feed_is_name
     assert code == 1
     assert f"{LAB}: planted mistake 'PositionalEncoding/stray_global' costs points on "  \
            f"'scaled_dot_product_attention', which does not use 'PositionalEncoding'" in lines, lines
-    assert f"{LAB}: 'EncoderBlock' has no planted mistake in tests/planted/{LAB}.py" in lines, lines
+    assert f"{LAB}: tests/planted/{LAB}.py: 'EncoderBlock' needs two planted mistakes " \
+           f"(PLANTED['EncoderBlock']['wrong'])" in lines, lines
+    assert f"{LAB}: tests/planted/{LAB}.py: graded experiments without a planted training failure: " \
+           f"['memory_task']" in lines, lines  # the same rule, in the same words, as tests/test_grading.py's
     assert not [line for line in lines if "keeps full marks" in line], lines  # its own item uses math too
 
 
@@ -131,3 +139,15 @@ def test_a_threshold_cleared_by_less_than_the_minimum_margin_is_named(tmp_path, 
     assert re.fullmatch(rf"{LAB}: experiment 'memory_task': the reference's test_accuracy is 0\.99\d* on seed 0, "
                         r"\+0\.0\d+ from its bound \(>= 0\.99\); course\.yaml asks at least 0\.5 "
                         r"\(experiments\.min_margin\)|.* is 1 on seed 0, \+0\.01 from .*", lines[0]), lines
+
+
+def test_course_experiments_shows_every_seed_and_names_one_the_reference_misses(tmp_path, monkeypatch, capsys):
+    def tiny(raw):  # 20 steps: test accuracy about 0.51 on seed 0 and 0.48 on seed 1, so a bar at 0.5 splits them
+        lab(raw)["experiments"]["memory_task"].update(steps=20, threshold={"test_accuracy": {"max": 0.5}})
+    monkeypatch.setenv("COURSE_ROOT", str(course_copy(tmp_path / "course", tiny)))
+    code = cli.main(["experiments", LAB])
+    out, err = capsys.readouterr()
+    rows = [line for line in out.splitlines() if line.startswith(f"{LAB}.memory_task")]
+    assert [re.search(r"seed (\d)\] (ok|MISSED)", row).groups() for row in rows] == [("0", "MISSED"), ("1", "ok")], out
+    assert code == 1 and f"error: {LAB}.memory_task: the reference misses on seed 0 (test_accuracy = " in err, err
+    assert f"`course check {LAB} --seeds N`" in err and "seed 1" not in err, err

@@ -151,7 +151,8 @@ def test_a_standin_calls_no_oracle_its_dependent_is_watched_for(aid):
     """A swapped-in reference runs inside the dependent's checks, where its from-scratch oracles are watched."""
     assignment = COURSE.assignment(aid)
     for item, used in uses(aid, assignment).items():
-        watched = {p.rsplit(".", 1)[-1] for n in assignment.items[item].from_scratch for p in COURSE.oracles[n]}
+        oracles = COURSE.oracles_for(aid)
+        watched = {p.rsplit(".", 1)[-1] for n in assignment.items[item].from_scratch for p in oracles[n]}
         for u in used:
             assert not (names_used(reference_source(aid, [u])) & watched), (item, u)
 

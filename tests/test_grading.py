@@ -5,6 +5,7 @@ import yaml
 
 from autograder.course.config import load_course
 from autograder.grading.grade import grade_notebook
+from autograder.grading.planted import item_rules, uncaught_checks, unisolated_checks, untrained_experiments
 from autograder.notebooks.build import item_cell
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from tests.planted import dependents, planted, planted_module, rounds, scores, variant_source
@@ -19,61 +20,25 @@ def write(nb, path):
     return path
 
 
-def checks_of(aid, item):
-    """The suite's checks of an item that carry points (exists is generic: the signature)."""
-    return {k for k in COURSE.assignment(aid).items[item].points if k != "exists"}
-
-
-@pytest.mark.parametrize("aid", AIDS)
-def test_the_reference_solution_scores_full_marks(graded_solutions, aid):
-    result = graded_solutions[aid]
-    lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]
-    assert not lost, "\n".join(lost)
-    assert result["max_score"] == COURSE.assignment(aid).total_points
-    assert result["score"] == result["max_score"]
-
-
-@pytest.mark.parametrize("aid", AIDS)
-def test_the_untouched_release_scores_zero_with_a_reason_per_item(tmp_path, aid):
-    result = grade_notebook(write(release_notebook(aid), tmp_path / f"{aid}.ipynb"), aid, device="cpu")
-    assert result["score"] == 0
-    assert result["max_score"] == COURSE.assignment(aid).total_points
-    for t in result["tests"]:
-        assert "not implemented" in t["output"] or "not run" in t["output"], t
-
-
 @pytest.mark.parametrize("aid", AIDS)
 def test_every_item_has_planted_mistakes_and_a_correct_alternative(aid):
-    spec = planted(aid)
-    for item in COURSE.assignment(aid).items:
-        assert len(spec.get(item, {}).get("wrong", {})) >= 2, f"{aid}.{item}: needs two planted mistakes"
-        assert len(spec.get(item, {}).get("right", {})) >= 1, f"{aid}.{item}: needs a correct alternative"
-        wrong, catches = spec[item]["wrong"], spec[item].get("catches", {})
-        assert set(catches) == set(wrong), f"{aid}.{item}: each planted mistake names the checks that catch it"
-        for name, kinds in catches.items():
-            assert kinds and set(kinds) <= checks_of(aid, item), f"{aid}.{item}/{name}: {kinds}"
+    """The rules of a planted file are `course check --planted`'s (grading/planted.py RULES), in its words."""
+    module = planted_module(aid)
+    assert module is not None, f"tests/planted/{aid}.py is missing (`course new` writes one)"
+    assert item_rules(aid, module) == []
 
 
 @pytest.mark.parametrize("aid", AIDS)
 def test_every_check_must_catch_some_planted_mistake(aid):
     """The planted rounds assert each mistake's exact catch set, so a check named in one cannot become a no-op
     unnoticed; a check named in none could."""
-    named = {(item, kind) for item, s in planted(aid).items() for kinds in s.get("catches", {}).values()
-             for kind in kinds}
-    wanted = {(item, kind) for item in COURSE.assignment(aid).items for kind in checks_of(aid, item)}
-    assert not sorted(wanted - named), f"checks no planted mistake must fail: {sorted(wanted - named)}"
+    assert uncaught_checks(aid, planted_module(aid)) == []
 
 
 @pytest.mark.parametrize("aid", AIDS)
 def test_every_check_is_the_only_one_to_catch_some_planted_mistake(aid):
     """A check that became a no-op would go unnoticed if the mistakes it catches were all caught elsewhere too."""
-    spec, exempt = planted(aid), getattr(planted_module(aid), "NOT_ISOLATED", {})
-    alone = {(item, next(iter(kinds))) for item, s in spec.items() for kinds in s.get("catches", {}).values()
-             if len(kinds) == 1}
-    wanted = {(item, kind) for item in COURSE.assignment(aid).items for kind in checks_of(aid, item)}
-    assert not (alone & set(exempt)), f"isolated after all, drop from NOT_ISOLATED: {sorted(alone & set(exempt))}"
-    missing = sorted(wanted - alone - set(exempt))
-    assert not missing, f"checks no planted mistake isolates (plant one, or say why in NOT_ISOLATED): {missing}"
+    assert unisolated_checks(aid, planted_module(aid)) == []
 
 
 @pytest.mark.parametrize("aid", AIDS)
@@ -142,11 +107,7 @@ def short_course(folder, aid, experiments):
 
 @pytest.mark.parametrize("aid", AIDS)
 def test_every_graded_experiment_has_a_planted_training_failure(aid):
-    module = planted_module(aid)
-    covered = {e for t in getattr(module, "TRAINING", {}).values() for e in t["fails"]}
-    covered |= set(getattr(module, "TRAINING_NOT_PLANTED", {}))
-    graded = {name for name, e in COURSE.assignment(aid).experiments.items() if e.graded}
-    assert graded <= covered, f"graded experiments without a planted training failure: {sorted(graded - covered)}"
+    assert untrained_experiments(aid, planted_module(aid)) == []
 
 
 @pytest.mark.parametrize("aid, name", TRAINING, ids=[f"{a}-{n}" for a, n in TRAINING])

@@ -56,7 +56,8 @@ def test_every_path_course_yaml_lists_is_a_function_the_sandbox_can_watch():
     child, course = sandbox_tripwire(), load_course()
     wire = child.Tripwire(torch)
     assert course.oracles, "course.yaml has no oracles table"
-    for name, paths in course.oracles.items():
+    tables = [course.oracles] + [a.oracles for a in course.assignments.values()]  # the shared one, each's own
+    for name, paths in ((name, paths) for table in tables for name, paths in table.items()):
         for path in paths:
             imported(path)
             found = child.resolve(path)

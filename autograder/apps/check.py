@@ -64,6 +64,40 @@ def solution_problems(aid: str, assignment: Assignment) -> list[str]:
             check_signature(item, spec.signature, signature_info(getattr(module, item), spec.methods), spec.methods)
         except Fail as e:
             problems.append(f"{aid}: solutions/{aid}.py: {e} (course.yaml's signature)")
+    return problems + [f"{aid}: solutions/{aid}.py: {problem}" for problem in docstring_problems(aid, module)]
+
+
+MASKED = re.compile(r"\bmask=")  # a signature that takes a mask
+
+
+def graded_callables(aid: str, module):
+    """(label, signature, object) of every graded function, class and listed method the module has."""
+    for name, item in load_course().assignment(aid).items.items():
+        obj = getattr(module, name, None)
+        if obj is not None:
+            yield name, item.signature, obj
+            yield from ((f"{name}.{m}", sig, getattr(obj, m)) for m, sig in item.methods.items() if hasattr(obj, m))
+
+
+def docstring_problems(aid: str, module) -> list[str]:
+    """The stubs' docstrings (`course sync` writes them from the solution): every graded function and method says
+    what it does, and one that takes a mask states its convention and names how each earlier assignment with a
+    masked item differs (issue #52: one idea, several conventions), by its short name (w8l1, lab14)."""
+    course, problems = load_course(), []
+    earlier = list(course.assignments)[:list(course.assignments).index(aid)]
+    masked_before = [other.split("_")[0] for other in earlier
+                     if any(MASKED.search(sig) for item in course.assignment(other).items.values()
+                            for sig in [item.signature, *item.methods.values()])]
+    for label, signature, obj in graded_callables(aid, module):
+        doc = inspect.getdoc(obj) or ""
+        if not doc.strip():
+            problems.append(f"'{label}' has no docstring, so its stub says nothing")
+        elif MASKED.search(signature):
+            missing = [short for short in masked_before if short not in doc]
+            if missing:
+                problems.append(f"'{label}' takes a mask, but its docstring does not say how {missing} differ")
+            if not re.search(r"True|1\b", doc):
+                problems.append(f"'{label}' takes a mask, but its docstring states no convention")
     return problems
 
 
@@ -223,7 +257,7 @@ def problems_of(aid: str, grade: bool = False, planted: bool = False, mutations:
             where = "".join(f" ({Path(f.filename).name}, line {f.lineno})" for f in
                             inspect.trace()[-1:]) if inspect.trace() else ""
             problems.append(f"{aid}: the {stage} could not be checked: {type(e).__name__}: {e}{where}")
-    return problems
+    return list(dict.fromkeys(problems))  # one line per problem, however many places state it
 
 
 def check(aids=None, grade=False, planted=False, mutations=0, seeds=0) -> int:

@@ -33,12 +33,12 @@ def graded(aid: str, sources: dict[str, str], items: list[str] | None = None) ->
 
 
 def planted_problems(aid: str, assignment: Assignment) -> list[str]:
-    from autograder.grading.planted import dependents, packed, planted_file, variant_source
-    spec = planted_file(aid)
-    if spec is None:
+    from autograder.grading.planted import RULES, dependents, packed, planted_module, variant_source
+    module = planted_module(aid)
+    if module is None:
         return [f"{aid}: no planted mistakes: tests/planted/{aid}.py is missing (`course new` writes one)"]
-    problems = [f"{aid}: '{item}' has no planted mistake in tests/planted/{aid}.py" for item in assignment.items
-                if not spec.get(item, {}).get("wrong")]
+    spec = getattr(module, "PLANTED", {})
+    problems = [f"{aid}: tests/planted/{aid}.py: {problem}" for rule in RULES for problem in rule(aid, module)]
     deps = dependents(aid)
     for kind in ("wrong", "right"):
         for batch in packed(aid, [(i, n, v) for i, s in spec.items() for n, v in s.get(kind, {}).items()]):

@@ -227,8 +227,32 @@ def grade_references(found, course, device, quick, aids):
 
 
 def experiment_margin(found, aid, exp, test, limit_s):
-    """One line: each thresholded metric measured, its bound and the margin to it; the time beside its limit."""
-    metrics = test["extra_data"].get("metrics") or {}
+    """A line per seed grading trained: each thresholded metric measured, its bound and the margin to it; the time
+    beside its limit. A seed the reference missed is a FIX even when a later one passed: a student's run may land on
+    it; the seeds after a pass are not trained (`course experiments` trains every one)."""
+    trained = test["extra_data"].get("trained") or [{"seed": test["extra_data"].get("seed"),
+                                                     "metrics": test["extra_data"].get("metrics") or {}}]
+    untried = exp.seeds[len(trained):] if test["score"] else []
+    for k, run in enumerate(trained, 1):
+        verdict = "" if run.get("passed", test["score"] >= test["max_score"]) else " MISSED"
+        last = (f", {test.get('seconds', 0):.0f} s of its {limit_s:g} s limit (every seed)" + (
+            f"; seed {', '.join(map(str, untried))} not trained (a pass ends grading; `course experiments {aid}` "
+            f"trains every seed)" if untried else "")) if k == len(trained) else ""
+        print(f"    {exp.name:<20} {figures(exp, run.get('metrics') or {})}; seed {run.get('seed')}{verdict}{last}",
+              flush=True)
+    missed = [run for run in trained if not run.get("passed", True)]
+    if test["score"] < test["max_score"]:
+        found.fix(f"{aid}.{exp.name}: the reference solution misses its threshold ({test['output'].splitlines()[-1]}): "
+                  f"loosen assignments.{aid}.experiments.{exp.name}.threshold in course.yaml, or check the harness")
+    elif missed:
+        seeds = ", ".join(str(run["seed"]) for run in missed)
+        found.fix(f"{aid}.{exp.name}: the reference solution misses on seed {seeds} and passes on seed "
+                  f"{trained[-1]['seed']}: a student graded on that seed can lose the points; tune the recipe with "
+                  f"`course check {aid} --seeds N`")
+
+
+def figures(exp, metrics):
+    """Each thresholded metric measured, its bound and the margin to it (TIGHT under TIGHT of the bound)."""
     parts = []
     for metric, bound in exp.threshold.items():
         value = metrics.get(metric)
@@ -240,11 +264,7 @@ def experiment_margin(found, aid, exp, test, limit_s):
         scale = max(abs(b) for b in (bound.min, bound.max) if b is not None) or 1.0
         tight = " TIGHT" if 0 <= margin < TIGHT * scale else ""
         parts.append(f"{metric} {value:.4g} [{bound}] margin {margin:+.3g}{tight}")
-    print(f"    {exp.name:<20} {', '.join(parts)}; seed {test['extra_data'].get('seed')}, "
-          f"{test.get('seconds', 0):.0f} s of its {limit_s:g} s limit", flush=True)
-    if test["score"] < test["max_score"]:
-        found.fix(f"{aid}.{exp.name}: the reference solution misses its threshold ({test['output'].splitlines()[-1]}): "
-                  f"loosen assignments.{aid}.experiments.{exp.name}.threshold in course.yaml, or check the harness")
+    return ", ".join(parts)
 
 
 @contextmanager

@@ -15,30 +15,20 @@ No shared file changes: every table the grader keeps per assignment is derived f
 import ast
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
+from autograder.apps.new_files import TODO, Found, harness, planted, suite
 from autograder.course.config import course_root, load_course
 from autograder.errors import ConfigError
+from autograder.notebooks.build import HIDDEN_BEGIN, HIDDEN_END
 
-TODO = "TODO(course new)"
 PACKAGE = Path(__file__).resolve().parents[1]
+# the end of every test cell (docs/NOTEBOOKS.md): a marker only, the hidden checks live in the suite
+HIDDEN_TESTS = f"{HIDDEN_BEGIN}\n# The hidden checks run outside this notebook, in the course autograder.\n{HIDDEN_END}"
 ID = re.compile(r"[a-z][a-z0-9_]*")
 POINTS = {"exists": 1, "shapes": 1, "values": 2}
-
-
-@dataclass
-class Found:
-    """A graded item as the reference module defines it."""
-    name: str
-    signature: str
-    methods: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def is_class(self) -> bool:
-        return self.name[:1].isupper()
 
 
 def signature_of(node: ast.FunctionDef, drop_self: bool) -> str:
@@ -77,7 +67,59 @@ def setup_source(source: str) -> str:
     return "\n".join([*(line for line in imports if line), *([""] + setup if setup else [])])
 
 
-def yaml_section(aid: str, items: list[Found], experiments: dict[str, str]) -> str:
+def from_scratch_of(specs: list[str], items: list[Found], shared: dict[str, list[str]]) -> tuple[dict, dict]:
+    """`--from-scratch ITEM=ORACLE` options as ({item: [oracle names]}, {name: [dotted path]}, the assignment's own
+    oracles): ORACLE is the dotted path of the function the item may not call (its name, the path's last part), or
+    the name of one in the course's shared `oracles:`."""
+    scratch: dict[str, list[str]] = {}
+    own: dict[str, list[str]] = {}
+    names = [i.name for i in items]
+    for spec in specs:
+        item, _, oracle = spec.partition("=")
+        if item not in names or not oracle:
+            raise ConfigError(f"--from-scratch {spec}: ITEM=ORACLE, with ITEM one of {', '.join(names)} and ORACLE "
+                              f"a function's dotted path (torch.nn.functional.layer_norm) or a name of course.yaml's "
+                              f"`oracles:` ({', '.join(shared) or 'none'})")
+        if "." in oracle:
+            if resolved(oracle) is None:
+                raise ConfigError(f"--from-scratch {spec}: {oracle} does not resolve here (a module and attributes, "
+                                  f"e.g. torch.nn.functional.layer_norm)")
+            name = oracle.rsplit(".", 1)[1]
+            own.setdefault(name, [])
+            own[name] += [oracle] if oracle not in own[name] else []
+        elif oracle in shared or oracle in own:
+            name = oracle
+        else:
+            raise ConfigError(f"--from-scratch {spec}: '{oracle}' is not in course.yaml's `oracles:` "
+                              f"({', '.join(shared)}); give the function's dotted path instead")
+        scratch.setdefault(item, [])
+        scratch[item] += [name] if name not in scratch[item] else []
+    return scratch, own
+
+
+def compared_with(scratch: dict[str, list[str]], own: dict[str, list[str]],
+                  shared: dict[str, list[str]]) -> dict[str, list[str]]:
+    """item -> the first function each of its from-scratch names stands for (what its values check compares with)."""
+    return {item: [{**shared, **own}[name][0] for name in names] for item, names in scratch.items()}
+
+
+def resolved(path: str):
+    """The object a dotted path names (its longest importable module, then attributes), or None."""
+    import importlib
+    parts = path.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        for attr in parts[k:]:
+            found = getattr(found, attr, None)
+        return found
+    return None
+
+
+def yaml_section(aid: str, items: list[Found], experiments: dict[str, str],
+                 scratch: dict[str, list[str]] | None = None, own: dict[str, list[str]] | None = None) -> str:
     """The assignment's section of course.yaml, as text appended under `assignments:`."""
     out = [f"  {aid}:",
            f"    title: \"{TODO}: the assignment's title\"",
@@ -89,7 +131,13 @@ def yaml_section(aid: str, items: list[Found], experiments: dict[str, str]) -> s
         out.append(f"        signature: {json.dumps(item.signature)}")
         if item.methods:
             out.append("        methods: {" + ", ".join(f"{m}: {json.dumps(s)}" for m, s in item.methods.items()) + "}")
+        if item.name in (scratch or {}):  # calling what it is compared with scores the whole item 0
+            out.append(f"        from_scratch: [{', '.join((scratch or {})[item.name])}]")
         out.append("        points: {" + ", ".join(f"{k}: {v}" for k, v in POINTS.items()) + "}")
+    if own:
+        out.append("    # what its from-scratch items may not call, however reached (the sandbox watches these)")
+        out.append("    oracles:")
+        out += [f"      {name}: [{', '.join(paths)}]" for name, paths in own.items()]
     if experiments:
         out.append("    experiments:")
     for name, item in experiments.items():
@@ -125,8 +173,8 @@ def notebook(aid: str, items: list[Found], setup: str) -> nbformat.NotebookNode:
     table = "\n".join(f"| `{i.name}` | <!--fact points.{i.name}-->{sum(POINTS.values())}<!--/fact--> |" for i in items)
     cells = [md(f"# <!--fact title-->{aid}<!--/fact-->\n\n{TODO}: the introduction: what the student builds, and "
                 f"why.\n\n| graded item | points |\n|---|---|\n{table}\n| **total** | **{total}** |"),
-             md("## 0. Setup\n\nRun the two cells below first: the imports, then the helper the test cells report "
-                "with."),
+             md("## 0. Setup\n\nRun the code cells below first, in order: the imports, then the helper the test cells "
+                "report with."),
              code(setup, "setup_imports"),
              code("", "setup_checks")]
     for k, item in enumerate(items, 1):
@@ -136,148 +184,19 @@ def notebook(aid: str, items: list[Found], setup: str) -> nbformat.NotebookNode:
                      f"points)"),
                   code("", item.name, solution=True),
                   code(f"chk = PublicChecks('{item.name}', points={points})\n# {TODO}: public checks a student can "
-                       f"read: chk.check, chk.shape, chk.close, chk.device\nchk.done()", f"test_{item.name}",
-                       points=points)]
+                       f"read: chk.check, chk.shape, chk.close, chk.device\nchk.done()\n\n{HIDDEN_TESTS}",
+                       f"test_{item.name}", points=points)]
+    cells += [md("## Self-check\n\nThe cell below runs the public checks of every item again and prints one table: "
+                 "how many of each item's public checks pass now, *not started* for an item still raising "
+                 "`NotImplementedError`, and the points at stake. `self_check()` works in any cell at any time."),
+              nbformat.v4.new_code_cell("self_check()")]  # no nbgrader metadata: it never runs at grading
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata.update({"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                         "language_info": {"name": "python"}})
     return nb
 
 
-def suite(aid: str, items: list[Found]) -> str:
-    """The hidden suite: per item, the cases to list and a shapes and a values check against the reference."""
-    out = [f'"""Hidden checks of {aid}. PYTEST_DONT_REWRITE"""',
-           f"# {TODO}: say in the docstring which oracle each item is compared with", "",
-           "import pytest", "import torch", "",
-           "from autograder.grading.suite_api import (", "    check_close,", "    check_tensor,", "    copy_state,",
-           "    randn,  # noqa: F401 (for the cases)", "    reference,", "    tol,", ")",
-           "", f'ref = reference("{aid}")']
-    for item in items:
-        name = item.name
-        rule = "-" * (112 - len(name))
-        if item.is_class:
-            forward = item.methods.get("forward", "(x)")
-            out += ["", "", f"# --- {name} {rule}", "",
-                    f"def {name.lower()}_cases(rng):",
-                    f'    """(label, constructor arguments, forward arguments) that `{name}` is checked on."""',
-                    f"    # {TODO}: the cases {name} is checked on (shapes, dtypes, edge cases)",
-                    f"    # {name}{item.signature}, forward{forward}; e.g.",
-                    "    # yield \"d 8, x (2, 5, 8)\", (8,), (randn(rng, 2, 5, 8),)",
-                    "    yield from ()", "", "",
-                    f'@pytest.mark.item("{name}", "shapes")',
-                    f"def test_{name.lower()}_shapes(student, rng):",
-                    f"    for label, init, args in {name.lower()}_cases(rng):",
-                    "        student.case(label)",
-                    f'        model = student.new("{name}", *init)',
-                    f"        expected = ref.{name}(*init).eval()(*args)",
-                    '        student.method(model, "eval")',
-                    '        check_tensor("forward", expected, student.method(model, "forward", *args), '
-                    'device=student.device)', "", "",
-                    f'@pytest.mark.item("{name}", "values")',
-                    f"def test_{name.lower()}_values(student, rng):",
-                    f"    for label, init, args in {name.lower()}_cases(rng):",
-                    "        student.case(label)",
-                    f'        model = student.new("{name}", *init)',
-                    '        student.method(model, "eval")',
-                    "        weights = [randn(rng, *t.shape) / 4 if t.is_floating_point() else t  # none left at "
-                    "its init",
-                    "                   for t in student.state(model).values()]",
-                    "        student.load_state(model, weights)",
-                    f"        oracle = ref.{name}(*init).eval()  # {TODO}: a PyTorch module doing the same job",
-                    f'        copy_state("{name}", weights, oracle)',
-                    "        with torch.no_grad():",
-                    "            expected = oracle(*args)",
-                    '        check_close("forward", expected, student.method(model, "forward", *args),',
-                    '                    atol=tol(student, args[0].dtype), oracle="the reference with your weights",',
-                    '                    case=label)']
-        else:
-            out += ["", "", f"# --- {name} {rule}", "",
-                    f"def {name}_cases(rng):",
-                    f'    """(label, arguments) that `{name}` is checked on."""',
-                    f"    # {TODO}: the cases {name} is checked on (shapes, dtypes, edge cases)",
-                    f"    # {name}{item.signature}; e.g.",
-                    "    # yield \"x (2, 5) float64\", (randn(rng, 2, 5, dtype=torch.float64),)",
-                    "    yield from ()", "", "",
-                    f'@pytest.mark.item("{name}", "shapes")',
-                    f"def test_{name}_shapes(student, rng):",
-                    f"    for label, args in {name}_cases(rng):",
-                    "        student.case(label)",
-                    f'        check_tensor("{name}", ref.{name}(*args), student.call("{name}", *args), '
-                    f"device=student.device)", "", "",
-                    f'@pytest.mark.item("{name}", "values")',
-                    f"def test_{name}_values(student, rng):",
-                    f"    for label, args in {name}_cases(rng):",
-                    "        student.case(label)",
-                    f"        expected = ref.{name}(*args)  # {TODO}: a PyTorch oracle where one does the same job",
-                    f'        check_close("{name}", expected, student.call("{name}", *args), '
-                    f'atol=tol(student, args[0].dtype),',
-                    '                    oracle="the reference solution", case=label)']
-    return "\n".join(out) + "\n"
-
-
-def harness(aid: str, experiments: dict[str, str]) -> str:
-    """The grader's own training loop for each experiment: data, model, training with early stop, evaluation."""
-    out = [f'"""The graded training runs of {aid}: the grader\'s own data, loop and evaluation around the student\'s',
-           'parts (`parts`: the student\'s module in the sandbox; `ref`: the reference, for data)."""',
-           "import torch", "import torch.nn.functional as F", "",
-           "from .training import data_seeds, pass_marks, seeded, shuffled_rows, train_until", "",
-           f"BATCH, LR = 64, 1e-3   # {TODO}: the lecture's recipe"]
-    for name, item in experiments.items():
-        out += ["", "", f"def {name}_data(ref, cfg, seed, device):",
-                '    """Training and validation data on `device`, from the run\'s own seeds."""',
-                "    train_seed, val_seed, _ = data_seeds(seed)  # apart from the test data's",
-                f'    raise NotImplementedError(f"{TODO}: X, y, X_val, y_val from seeds {{train_seed}}, {{val_seed}}")',
-                "", "",
-                f"def {name}_model(parts, cfg, seed, device):",
-                f'    """The student\'s {item}, built from `seed` on `device`."""',
-                f"    return seeded(lambda: parts.{item}(), seed, device)  # {TODO}: its constructor arguments", "", "",
-                f"def {name}_train(model, parts, data, cfg, seed):",
-                '    """Adam, batch BATCH; validates as it goes and stops once the marks are cleared."""',
-                "    X, y = data['X'], data['y']",
-                "    rows = shuffled_rows(X.size(0), BATCH, torch.Generator().manual_seed(seed), X.device)",
-                "", "    def batch_loss(step):",
-                "        idx = rows(step)",
-                f"        return F.cross_entropy(model(X[idx]), y[idx])  # {TODO}: the lecture's loss",
-                "", "    def validate():",
-                f'        return {{"score": {name}_score(model, data["X_val"], data["y_val"])}}',
-                "", '    marks = pass_marks(cfg, {"score": 0.01})',
-                '    return train_until(model, batch_loss, cfg["steps"], LR, validate, marks)', "", "",
-                "@torch.no_grad()", f"def {name}_score(model, X, y):",
-                f'    """The metric course.yaml names for {name}."""',
-                f'    raise NotImplementedError("{TODO}: the score of model on (X, y)")', "", "",
-                f"def {name}_evaluate(model, ref, cfg, seed, device):",
-                '    """The figures course.yaml judges, on data the training never saw."""',
-                "    _, _, test_seed = data_seeds(seed)",
-                f'    raise NotImplementedError(f"{TODO}: the score on test data from seed {{test_seed}}")']
-    out += ["", "", "EXPERIMENTS = {"]
-    for name, item in experiments.items():
-        out += [f'    "{name}": dict(parts=["{item}"], data={name}_data, build={name}_model, train={name}_train,',
-                f"                evaluate={name}_evaluate),"]
-    return "\n".join(out + ["}"]) + "\n"
-
-
-def planted(aid: str, items: list[Found]) -> str:
-    """The meta-tests' planted mistakes: per item, two typical ones and a correct alternative, to be written."""
-    out = [f'"""Planted mistakes and correct alternatives for {aid} (tests/test_grading.py grades each).',
-           "", "A tuple (old, new) edits the reference cell (one realistic slip); a string is a whole cell.", '"""',
-           "from tests.planted import attach_catches", "", "PLANTED = {"]
-    for item in items:
-        out += [f'    "{item.name}": {{',
-                '        "wrong": {',
-                f"            # {TODO}: two mistakes students make in `{item.name}`",
-                '            # "name": ("text of the reference cell", "the text as a student gets it wrong"),',
-                "        },",
-                '        "right": {',
-                f"            # {TODO}: a correct alternative written another way",
-                '            # "name": ("text of the reference cell", "the same done otherwise"),',
-                "        },", "    },"]
-    out += ["}", "", "# The checks that catch each planted mistake: exactly these fail, every other check passes.",
-            "CATCHES = {"]
-    out += [f'    "{item.name}": {{}},  # {TODO}: each mistake\'s checks, "name": {{"values"}}' for item in items]
-    return "\n".join(out + ["}", "attach_catches(PLANTED, CATCHES)"]) + "\n"
-
-
-def new(aid: str, experiments: list[str] = ()) -> int:
+def new(aid: str, experiments: list[str] = (), from_scratch: list[str] = ()) -> int:
     """Scaffold assignment `aid` from solutions/<aid>.py; prints what it wrote and what to do next."""
     root = course_root()
     course = load_course()
@@ -299,15 +218,16 @@ def new(aid: str, experiments: list[str] = ()) -> int:
         if not ID.fullmatch(name) or item not in {i.name for i in items}:
             raise ConfigError(f"--experiment {spec}: NAME:ITEM, with ITEM one of {', '.join(i.name for i in items)}")
         runs[name] = item
+    scratch, own = from_scratch_of(list(from_scratch), items, course.oracles)
     files = {root / "assignments" / aid / f"{aid}.ipynb": None,
-             PACKAGE / "suites" / f"test_{aid}.py": suite(aid, items),
-             root / "tests" / "planted" / f"{aid}.py": planted(aid, items)}
+             PACKAGE / "suites" / f"test_{aid}.py": suite(aid, items, compared_with(scratch, own, course.oracles)),
+             root / "tests" / "planted" / f"{aid}.py": planted(aid, items, runs)}
     if runs:
         files[PACKAGE / "harness" / f"{aid}.py"] = harness(aid, runs)
     there = [str(path) for path in files if path.exists()]
     if there:
         raise ConfigError(f"{aid}: these files exist already, and course new overwrites nothing: {', '.join(there)}")
-    course.path.write_text(insert_section(course.path.read_text(), yaml_section(aid, items, runs)))
+    course.path.write_text(insert_section(course.path.read_text(), yaml_section(aid, items, runs, scratch, own)))
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         if content is None:
@@ -317,7 +237,8 @@ def new(aid: str, experiments: list[str] = ()) -> int:
     from autograder.notebooks.build import sync
     sync(aid)
     print(f"{aid}: {len(items)} items ({', '.join(i.name for i in items)})" +
-          (f", experiments {', '.join(runs)}" if runs else ""))
+          (f", experiments {', '.join(runs)}" if runs else "") +
+          (f", from scratch {', '.join(scratch)}" if scratch else ""))
     for path in [course.path, *files]:
         print(f"  wrote {path.relative_to(root) if path.is_relative_to(root) else path}")
     print(f"next: `course check {aid}` lists what is left to write, one line each")

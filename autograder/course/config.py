@@ -3,7 +3,6 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
-import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -23,12 +22,12 @@ from pydantic import (
     model_validator,
 )
 
+from autograder.course.oracles import oracle_problem
 from autograder.course.report_settings import Similarity, Statistics
 from autograder.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]  # the package's own checkout (or site-packages): its code, not the course
 CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
-DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")  # module.attribute[.attribute...]
 
 
 class Strict(BaseModel):
@@ -259,6 +258,10 @@ class Assignment(Strict):
         return aware(value)
     dependencies: Dependencies | None = None  # None: the course's
     preload: list[str] = []  # modules each sandbox zygote imports once its first sandbox is out (course.yaml)
+    # its own from-scratch oracles (`course new --from-scratch ITEM=ORACLE` writes them), name -> dotted paths as the
+    # course's shared `oracles:`, which they extend; left out of a grading's identity while empty (none of the
+    # course's lectures has any), so adding the field regrades nothing
+    oracles: dict[str, list[str]] = Field({}, exclude_if=lambda oracles: not oracles)
     id: str = ""
 
     @model_validator(mode="after")
@@ -348,17 +351,9 @@ class Course(Strict):
     @field_validator("oracles")
     @classmethod
     def oracles_cover_from_scratch(cls, oracles: dict[str, list[str]], info: Any) -> dict[str, list[str]]:
-        for name, paths in oracles.items():
-            bad = [p for p in paths if not DOTTED.fullmatch(p)]
-            if not paths or bad:
-                raise ValueError(f"{name}: needs a list of dotted paths such as torch.nn.functional.mse_loss "
-                                 f"(got {bad or 'none'})")
-        for aid, a in (info.data.get("assignments") or {}).items():
-            for item, spec in a.items.items():
-                missing = [n for n in spec.from_scratch if n not in oracles]
-                if missing:
-                    raise ValueError(f"assignments.{aid}.items.{item}.from_scratch names {', '.join(missing)}, "
-                                     f"which `oracles` does not list (the sandbox would watch nothing for it)")
+        problem = oracle_problem(oracles, info.data.get("assignments") or {})
+        if problem:
+            raise ValueError(problem)
         return oracles
 
     @model_validator(mode="after")
@@ -382,6 +377,10 @@ class Course(Strict):
         if aid not in self.assignments:
             raise ConfigError(f"{self.path}: no assignment '{aid}' (known: {', '.join(self.assignments)})")
         return self.assignments[aid]
+
+    def oracles_for(self, aid: str) -> dict[str, list[str]]:
+        """The oracles an assignment's from-scratch names stand for: the course's shared table and its own."""
+        return {**self.oracles, **self.assignment(aid).oracles}
 
     def dependencies_for(self, aid: str, experiment: str | None = None) -> str:
         """'independent' or 'cascade': the experiment's own choice, else its assignment's, else the course's."""

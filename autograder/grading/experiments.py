@@ -330,7 +330,7 @@ def _run_experiment(course, aid, exp, code, sandbox, device, why, notes):
         shown = ", ".join(f"{k} {v:.4g}" + (f" (lecture {exp.lecture[k]:g})" if k in exp.lecture else "")
                           for k, v in (metrics or {}).items() if isinstance(v, (int, float)))
         lines.append(f"seed {seed}: {shown or 'no metrics'}" + ("" if not failures else " -- " + "; ".join(failures)))
-        trained.append({"seed": seed, **run})
+        trained.append({"seed": seed, **run, "metrics": metrics or {}, "passed": metrics is not None and not failures})
         outcome.extra = {"experiment": exp.name, "seed": seed, "metrics": metrics or {}, "trained": trained}
         if metrics is not None and not failures:
             outcome.score = outcome.max_score

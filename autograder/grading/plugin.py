@@ -291,7 +291,7 @@ class Grading:
             problem = self.code.problems.get(item) or self.code.error
             if not problem and self.sandbox is not None and self.sandbox.load_errors.get(item):
                 problem = f"its cell {self.sandbox.load_errors[item]}"
-            hit = scratch_violation(spec, self.code.source_of(item))
+            hit = scratch_violation(spec, self.code.source_of(item), own=self.assignment.items)
             deadline = time.monotonic() + self.course.limits_for(self.aid, item).item_seconds
             self.states[item] = ItemState(problem or zero_reason(item, hit, False), hit, deadline)
         return self.states[item]

@@ -118,12 +118,15 @@ class ItemState:
         self.zeroed: str | None = None              # rules 2 and 3, once its checks are done: the reason, or ''
 
 
-def scratch_violation(spec: Item, source: str | None) -> str:
-    """The oracle name a from-scratch item's cell mentions in code (comments and strings don't count)."""
+def scratch_violation(spec: Item, source: str | None, own: Iterable[str] = ()) -> str:
+    """The oracle name a from-scratch item's cell mentions in code (comments and strings don't count). An oracle
+    named as one of the student's own graded functions (`own`: `layer_norm` beside F.layer_norm) counts only as an
+    attribute or an import (`F.layer_norm`), never as the bare name that calls the student's own function."""
     if not spec.from_scratch or source is None:
         return ""
-    names = names_used(source) or set()
-    return next((oracle for oracle in spec.from_scratch if oracle in names), "")
+    names, attributes, own = names_used(source) or set(), names_used(source, bare=False) or set(), set(own)
+    return next((oracle for oracle in spec.from_scratch
+                 if oracle in (attributes if oracle in own else names)), "")
 
 
 def tripwire_table(course: Course, assignment: Assignment) -> dict[str, dict[str, Any]]:
@@ -131,7 +134,8 @@ def tripwire_table(course: Course, assignment: Assignment) -> dict[str, dict[str
     "experiments": experiment -> item}, only for the oracles its from-scratch items name."""
     scratch = {item: list(spec.from_scratch) for item, spec in assignment.items.items() if spec.from_scratch}
     names = {name for names in scratch.values() for name in names}
-    return {"oracles": {name: list(course.oracles[name]) for name in sorted(names)}, "scratch": scratch,
+    oracles = {**course.oracles, **assignment.oracles}
+    return {"oracles": {name: list(oracles[name]) for name in sorted(names)}, "scratch": scratch,
             "experiments": {e.name: e.item for e in assignment.experiments.values() if e.item in scratch}}
 
 

@@ -176,14 +176,15 @@ def fingerprint(source):
     return ast.dump(tree) if tree is not None else source
 
 
-def names_used(source):
-    """Every bare name and attribute name in `source` (for the from-scratch rule); None if it does not parse."""
+def names_used(source, bare=True):
+    """Every bare name and attribute name in `source` (for the from-scratch rule); None if it does not parse.
+    `bare=False`: the attribute names and imported names only."""
     tree = parse(source)
     if tree is None:
         return None
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
+        if isinstance(node, ast.Name) and bare:
             names.add(node.id)
         elif isinstance(node, ast.Attribute):
             names.add(node.attr)
@@ -212,3 +213,4 @@ def restore_setup_cells(code, released):
         previous = gid
     # a cell posing as a setup cell that the release does not have is the student's code, not setup
     code.cells = [c for c in code.cells if not c.grade_id.startswith("setup_") or c.grade_id in trusted]
+

@@ -7,7 +7,8 @@ In markdown a fact is marked where it stands, and `course sync` rewrites the tex
 
 HTML comments render as nothing (Jupyter, Colab, nbgrader's feedback), so the student reads "pass mark 99% test
 accuracy". The key is a path into the assignment's section of course.yaml, `points.ITEM` (an item's points, its
-experiments' included) or `total_points`; after `|` comes a Python format spec.
+experiments' included) or `total_points`; after `|` comes a Python format spec, whose precision is the least shown:
+a figure is never rounded into another value (0.985 with `.0%` is 98.5%), and a spec that cannot state it is refused.
 
 In code a fact is a constant of the facts cell (`metadata.course.generated = "facts"`), which `course sync` writes
 from the assignment's `facts:` in course.yaml (NAME: key), so that a demo trains to the grader's own pass mark.
@@ -44,12 +45,40 @@ def value_of(assignment: Assignment, key: str) -> Any:
 
 
 def rendered(assignment: Assignment, key: str, spec: str | None) -> str:
-    """A fact as the student reads it: 99%, 750, 0.99 (`spec`, a format spec; `g` when none)."""
+    """A fact as the student reads it: 99%, 750, 0.99 (`spec`, a format spec; `g` when none). A spec's precision is
+    the least it shows: a figure it would round into another value gets the digits it needs (0.985 with `.0%` is
+    98.5%), and a spec that cannot show it exactly (`d`, a `g` precision) is a ConfigError naming the fact."""
     value = value_of(assignment, key.strip())
+    if not spec:  # `g` where it is exact (1 rather than 1.0), else every digit: no precision was asked for
+        return format(value, "g") if isinstance(value, float) and float(format(value, "g")) == value else str(value)
     try:
-        return format(value, spec or ("g" if isinstance(value, float) else ""))
+        text = format(value, spec)
     except ValueError as e:
         raise ConfigError(f"{assignment.id}: fact '{key}|{spec}': {e}") from None
+    if isinstance(value, (str, bool)) or read_back(text) == (exact := read_back(repr(value))):
+        return text
+    widened = WIDENABLE.fullmatch(spec)
+    for digits in range(int(widened["digits"]) + 1, MOST_DIGITS + 1) if widened else ():
+        text = format(value, f"{widened['head']}.{digits}{widened['type']}")
+        if read_back(text) == exact:
+            return text
+    raise ConfigError(f"{assignment.id}: fact '{key}|{spec}' shows {value!r} as '{format(value, spec)}', another "
+                      f"value: give it a format that keeps the figure's precision (`.1%`, `.3f`, or none)")
+
+
+# a spec whose precision can grow: fixed point, percent and exponent notation
+WIDENABLE = re.compile(r"(?P<head>[^.]*)\.(?P<digits>\d+)(?P<type>[f%eE])")
+MOST_DIGITS = 12
+
+
+def read_back(text: str) -> float | None:
+    """The number a rendered fact states (98.5% is 0.985), rounded to MOST_DIGITS significant digits; None when it
+    states none."""
+    try:
+        number = float(text.replace(",", "").replace("_", "").strip().removesuffix("%"))
+    except ValueError:
+        return None
+    return float(f"{number / 100 if text.strip().endswith('%') else number:.{MOST_DIGITS}g}")
 
 
 def filled(assignment: Assignment, text: str) -> str:
@@ -60,8 +89,9 @@ def filled(assignment: Assignment, text: str) -> str:
 
 def stale_facts(assignment: Assignment, text: str) -> list[str]:
     """'says X where course.yaml gives Y' for each marked fact of `text` that is out of date."""
-    return [f"'{m['text']}' where course.yaml gives '{now}' ({m['key'].strip()})" for m in MARKED.finditer(text)
+    said = [f"'{m['text']}' where course.yaml gives '{now}' ({m['key'].strip()})" for m in MARKED.finditer(text)
             if (now := rendered(assignment, m["key"], m["spec"])) != m["text"]]
+    return list(dict.fromkeys(said))  # a figure stated twice in one text is one problem
 
 
 def facts_code(assignment: Assignment) -> str:

@@ -38,7 +38,7 @@ def rules_markdown(aid: str, course: Course | None = None) -> str:
         lines.append("* **From scratch.** An item may not call the function it is checked against: calling it, "
                      "however reached (an alias, `torch.ops`, a SciPy or scikit-learn equivalent), scores the whole "
                      "item 0, experiments included.")
-        lines += [f"  * `{item}`: " + ", ".join(f"`{shown(course, name)}`" for name in names)
+        lines += [f"  * `{item}`: " + ", ".join(f"`{shown(course, name, aid)}`" for name in names)
                   for item, names in forbidden]
     return "\n".join(lines)
 
@@ -49,9 +49,9 @@ def cpu_only(assignment: Assignment) -> str:
     return f" ({', '.join(items)}: checked on the CPU only.)" if items else ""
 
 
-def shown(course: Course, name: str) -> str:
+def shown(course: Course, name: str, aid: str) -> str:
     """A from_scratch name as students know it: the first function course.yaml's `oracles` lists for it."""
-    parts = (course.oracles.get(name) or [name])[0].split(".")
+    parts = (course.oracles_for(aid).get(name) or [name])[0].split(".")
     if len(parts) > 1 and parts[-2][:1].isupper() and parts[-1][:1].islower():  # a class's method: the class
         parts = parts[:-1]
     return ".".join(parts).replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")

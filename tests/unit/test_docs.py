@@ -6,6 +6,7 @@ import contextlib
 import io
 import re
 import shlex
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -174,3 +175,62 @@ def test_ci_runs_the_readme_test_command():
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.lstrip().startswith(("#", "set ", "cd "))]
     assert ci == tests, f".ci/run runs {ci}, README.md's test command is {tests}"
+
+
+# --- the developer's and the author's pages name only what exists ------------------------------------------------
+
+NAMED_PAGES = [ROOT / "docs" / "DEVELOPING.md", ROOT / "docs" / "AUTHORING.md"]
+SPAN = re.compile(r"`([^`\n]+)`")
+PATHLIKE = re.compile(r"[\w.<>*-]+(/[\w.<>*-]*)*\.(py|md|yaml|sh|ipynb|toml)|[\w.<>-]+(/[\w.<>*-]+)*/")
+CODE_NAME = re.compile(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+|[A-Z]{4,}|[A-Z]\w*\.[a-z_]\w*|[a-z_]\w*\(\)")
+NOT_CODE = {"TODO", "SHAPES"}  # words in capitals that are no name: `TODO(course new)` is cut at its parenthesis
+
+
+def repository_files():
+    tracked = [p for p in ROOT.rglob("*") if p.is_file() and not any(
+        part.startswith(".") or part in ("__pycache__", "node_modules") or part.endswith(".egg-info")
+        for part in p.relative_to(ROOT).parts)]
+    return tracked
+
+
+def mentioned(page):
+    """(paths, code names) a page names in `code` spans, <id> and the like read as any name."""
+    spans = [span.strip() for span in SPAN.findall(page.read_text())]
+    paths = {span for span in spans if PATHLIKE.fullmatch(span) and "://" not in span}
+    names = {span.removesuffix("()") for span in spans if CODE_NAME.fullmatch(span) and span not in NOT_CODE}
+    return paths, names
+
+
+def missing_from_repository(page):
+    """The file paths and code names a page mentions that the repository does not have."""
+    files = repository_files()
+    relative = {p.relative_to(ROOT).as_posix() for p in files}
+    folders = {parent.as_posix() + "/" for r in relative for parent in PurePosixPath(r).parents}
+    code = "\n".join(p.read_text(errors="replace") for p in files
+                     if p.suffix in (".py", ".yaml", ".sh") and p != Path(__file__))  # not the names this test uses
+    paths, names = mentioned(page)
+    patterns = {path: re.sub(r"<[^>]+>", "*", path).removeprefix("../") for path in paths
+                if not path.startswith(".")}  # .nbgrader/ and the like: git-ignored state
+    missing = [path for path, pattern in sorted(patterns.items())
+               if not any(fnmatch_path(r, pattern) for r in relative | folders)]
+    return missing + sorted(name for name in names if not all(re.search(rf"\b{re.escape(part)}\b", code)
+                                                              for part in name.split(".")))
+
+
+@pytest.mark.parametrize("page", NAMED_PAGES, ids=lambda p: p.name)
+def test_every_file_and_code_name_the_page_mentions_exists(page):
+    missing = missing_from_repository(page)
+    assert not missing, f"{page.name} names what the repository does not have: {missing}"
+
+
+def fnmatch_path(relative, pattern):
+    """Whether a repository path is the page's: the whole path, or its end (`apps/new.py`, `grade.py`)."""
+    import fnmatch
+    return fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(relative, "*/" + pattern)
+
+
+def test_a_page_naming_a_file_or_a_name_that_is_gone_fails(tmp_path):
+    page = tmp_path / "PAGE.md"
+    page.write_text("See `TYPICAL_MISTAKES` in `autograder/notebooks/examples.py`, `tests/test_nothing_<id>.py` and "
+                    "`GRUEncoder.forward` in `solutions/<id>.py`, `grading/planted.py`, `apps/gone.py`.")
+    assert missing_from_repository(page) == ["apps/gone.py", "tests/test_nothing_<id>.py", "TYPICAL_MISTAKES"]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autograder.course.config import parse_course
+from autograder.errors import ConfigError
 from autograder.grading.scoring import Outcome, results_json, scratch_violation, seed_for, tripwire_table, zero_reason
 
 COURSE = """
@@ -78,6 +79,31 @@ def test_the_tripwire_table_covers_the_from_scratch_items_only():
                     "softmax": ["torch.softmax", "torch.nn.functional.softmax"]},
         "scratch": {"attend": ["softmax"], "fit": ["mse_loss", "softmax"]},
         "experiments": {"trains": "attend"}}
+
+
+def test_an_oracle_named_as_the_students_own_function_counts_only_as_the_library_one():
+    """NormMLP, from scratch against layer_norm, calls the student's own `layer_norm` item: never blamed for that;
+    F.layer_norm, or importing it, is the oracle."""
+    spec, own = SimpleNamespace(from_scratch=["layer_norm"]), ["layer_norm", "NormMLP"]
+    mine = "class NormMLP:\n    def forward(self, x):\n        return layer_norm(x, self.w, self.b)\n"
+    assert scratch_violation(spec, mine, own) == ""
+    assert scratch_violation(spec, mine.replace("layer_norm(", "F.layer_norm("), own) == "layer_norm"
+    assert scratch_violation(spec, "from torch.nn.functional import layer_norm\n" + mine, own) == "layer_norm"
+    assert scratch_violation(spec, mine) == "layer_norm"  # no such item of its own: the bare name is the oracle
+
+
+def test_an_assignments_own_oracles_extend_the_shared_table():
+    own = "    oracles:\n      layer_norm: [torch.nn.functional.layer_norm]\n"
+    text = COURSE.replace("    experiments:\n      trains:", own + "    experiments:\n      trains:")
+    text = text.replace("plain: {signature: \"(x)\",", "plain: {signature: \"(x)\", from_scratch: [layer_norm],")
+    course = parse_course(text, "course.yaml")
+    table = tripwire_table(course, course.assignment("a1"))
+    assert table["oracles"]["layer_norm"] == ["torch.nn.functional.layer_norm"] and table["scratch"]["plain"]
+    assert course.oracles_for("a1")["softmax"] == ["torch.softmax", "torch.nn.functional.softmax"]
+    assert "oracles" not in parse_course(COURSE, "course.yaml").assignment("a1").model_dump()  # no identity change
+    with pytest.raises(ConfigError, match="from_scratch names layer_norm, which neither the assignment's"):
+        parse_course(text.replace("      layer_norm: [torch.nn.functional.layer_norm]\n", "      other: [torch.exp]\n"),
+                     "course.yaml")
 
 
 def test_an_oracle_used_zeroes_the_item_before_a_stub_does():
