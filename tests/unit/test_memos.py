@@ -1,11 +1,13 @@
-"""What the grader keeps in its cache folder to save each process its start (grading/cache.py code_fingerprints):
-each kept value is what computing it gives, a process that finds it computes nothing, and the cache off computes it
-every time."""
+"""What the grader keeps in its cache folder to save each process its start (grading/cache.py code_fingerprints,
+reports/written.py course_gradebook_url): each kept value is what computing it gives, a process that finds it
+computes nothing, and a setting that could make it differ (the cache off, a config that reads the environment)
+computes it every time."""
 import json
 
 import pytest
 
 from autograder.grading import cache
+from autograder.reports import written
 
 SOURCE = 'def f(x):\n    """Adds one."""\n    return x + 1  # one\n'
 
@@ -43,3 +45,23 @@ def test_a_corrupt_memo_is_parsed_over_and_the_cache_off_keeps_none(folder, monk
     (folder / cache.FINGERPRINTS).unlink()
     assert cache.code_fingerprint(SOURCE) == cache._syntax_fingerprint(SOURCE)
     assert not (folder / cache.FINGERPRINTS).exists()
+
+
+def test_the_gradebook_url_is_kept_by_the_config_and_read_without_nbgrader(folder, monkeypatch):
+    from autograder.notebooks import build
+    named = build.gradebook_url()
+    assert written.course_gradebook_url() == named
+    monkeypatch.setattr(build, "gradebook_url", unreachable)
+    assert written.course_gradebook_url() == named
+
+
+def test_a_config_that_reads_the_environment_is_read_every_time(folder, monkeypatch, tmp_path):
+    from autograder.notebooks import build
+    config = tmp_path / "course" / "nbgrader_config.py"
+    config.parent.mkdir()
+    config.write_text('import os\nc = get_config()\nc.CourseDirectory.db_url = os.environ["GRADEBOOK"]\n')
+    monkeypatch.setattr(build, "nbgrader_config", lambda root=None: config)
+    for url in ("sqlite:///one.db", "sqlite:///two.db"):
+        monkeypatch.setenv("GRADEBOOK", url)
+        assert written.course_gradebook_url() == url
+    assert not (folder / written.URLS).exists()
