@@ -7,7 +7,7 @@ own cache folder (a TA who does not own the checkout, a read-only one); read fro
 `.grader/curves` (SHIPPED), which is read and never written: `course export gradescope` puts the reference's
 validation curves there, so that a fresh container per submission trains none. A cache that cannot be written
 costs the next run its training, never this run's result: cache_write says so and returns. Beside the runs, the
-folder keeps each module's code fingerprint by its source's hash (FINGERPRINTS): a function of the text alone.
+folder's memo/ keeps each module's code fingerprint by its source's hash (FINGERPRINTS): a function of the text alone.
 """
 import ast
 import contextlib
@@ -29,7 +29,9 @@ PACKAGE = ROOT / "autograder"
 SHIPPED = Path(".grader") / "curves"  # under the course: entries shipped with it, read and never written
 
 
-FINGERPRINTS = "fingerprints.json"  # in a cache folder: sha256 of a module's source -> its code_fingerprint
+# In a cache folder's memo/ (apart from the runs' entries, which are <key>.json at its top): sha256 of a module's
+# source -> its code_fingerprint
+FINGERPRINTS = Path("memo") / "fingerprints.json"
 MEMO_ENTRIES = 4096  # past this many (edits add entries, none goes), the memo starts again
 _memo, _memo_lock = None, threading.Lock()
 
@@ -75,7 +77,7 @@ def _write_memo(memo):
     process its parsing, nothing else (no warning: no result depends on it)."""
     for folder in cache_folders():
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            (folder / FINGERPRINTS).parent.mkdir(parents=True, exist_ok=True)
             atomic_write(folder / FINGERPRINTS, json.dumps(memo))
             return
         except OSError:

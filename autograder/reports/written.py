@@ -66,7 +66,8 @@ def _gradebook(db_url=None):
     return Gradebook(db_url)
 
 
-URLS = "gradebook-urls.json"  # in a cache folder: the gradebook each nbgrader_config.py names, by its path and text
+URLS = Path("memo") / "gradebook-urls.json"  # in a cache folder: the gradebook a nbgrader_config.py names, by its
+# path and text (memo/, apart from the runs' entries at the folder's top)
 
 
 def course_gradebook_url():
@@ -94,7 +95,7 @@ def course_gradebook_url():
     url = gradebook_url()
     for folder in cache_folders():  # the first folder that takes it; none costs the next run the reading
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            (folder / URLS).parent.mkdir(parents=True, exist_ok=True)
             atomic_write(folder / URLS, json.dumps({key: url}))
             break
         except OSError:

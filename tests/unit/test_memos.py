@@ -29,6 +29,7 @@ def test_a_fingerprint_is_kept_and_a_later_process_parses_nothing(folder, monkey
     parsed = cache._syntax_fingerprint(SOURCE)
     assert cache.code_fingerprint(SOURCE) == parsed
     assert parsed in json.loads((folder / cache.FINGERPRINTS).read_text()).values()
+    assert not list(folder.glob("*.json")), "the memo is kept apart from the runs' entries"
     monkeypatch.setattr(cache, "_memo", None)  # a new process: nothing held, the folder's memo read
     monkeypatch.setattr(cache, "_syntax_fingerprint", unreachable)
     assert cache.code_fingerprint(SOURCE) == parsed
@@ -37,7 +38,7 @@ def test_a_fingerprint_is_kept_and_a_later_process_parses_nothing(folder, monkey
 
 
 def test_a_corrupt_memo_is_parsed_over_and_the_cache_off_keeps_none(folder, monkeypatch):
-    folder.mkdir()
+    (folder / cache.FINGERPRINTS).parent.mkdir(parents=True)
     (folder / cache.FINGERPRINTS).write_text("{not json")
     assert cache.code_fingerprint(SOURCE) == cache._syntax_fingerprint(SOURCE)
     monkeypatch.setattr(cache, "_memo", None)
