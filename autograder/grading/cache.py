@@ -6,7 +6,8 @@ measurements). A run is stored in the course's `.grader/cache` when the user can
 own cache folder (a TA who does not own the checkout, a read-only one); read from both, and from the course's
 `.grader/curves` (SHIPPED), which is read and never written: `course export gradescope` puts the reference's
 validation curves there, so that a fresh container per submission trains none. A cache that cannot be written
-costs the next run its training, never this run's result: cache_write says so and returns.
+costs the next run its training, never this run's result: cache_write says so and returns. Beside the runs, the
+folder's memo/ keeps each module's code fingerprint by its source's hash (FINGERPRINTS): a function of the text alone.
 """
 import ast
 import contextlib
@@ -28,10 +29,63 @@ PACKAGE = ROOT / "autograder"
 SHIPPED = Path(".grader") / "curves"  # under the course: entries shipped with it, read and never written
 
 
-@functools.lru_cache(maxsize=512)  # each grading asks for the same files' again per experiment and seed
+# In a cache folder's memo/ (apart from the runs' entries, which are <key>.json at its top): sha256 of a module's
+# source -> its code_fingerprint
+FINGERPRINTS = Path("memo") / "fingerprints.json"
+MEMO_ENTRIES = 4096  # past this many (edits add entries, none goes), the memo starts again
+_memo, _memo_lock = None, threading.Lock()
+
+
 def code_fingerprint(source):
     """sha256 of a module's code as Python runs it: its syntax tree without docstrings, so that editing a comment,
-    a docstring or the layout keeps it."""
+    a docstring or the layout keeps it. Memoized by the source's own sha256 (code_fingerprints)."""
+    return code_fingerprints([source])[0]
+
+
+def code_fingerprints(sources):
+    """code_fingerprint of each source. Parsing and dumping a module's syntax tree is the grader identity's cost
+    (0.3 CPU-s of each `course grade` process for the grading code's modules), and the result is a function of the
+    source's text alone, so it is kept in the cache folder (FINGERPRINTS) by the text's sha256: a process parses
+    only a module edited since the last one did. The cache off (COURSE_NO_CACHE=1), every process parses."""
+    global _memo
+    digests = [hashlib.sha256(source.encode()).hexdigest() for source in sources]
+    with _memo_lock:
+        if _memo is None:
+            _memo = _read_memo()
+        new = {d: _syntax_fingerprint(s) for d, s in zip(digests, sources, strict=True) if d not in _memo}
+        _memo.update(new)
+        if new and not cache_off():
+            _write_memo(_memo if len(_memo) <= MEMO_ENTRIES else new)
+        return [_memo[d] for d in digests]
+
+
+def _read_memo():
+    if cache_off():
+        return {}
+    for folder in cache_folders():
+        try:
+            memo = json.loads((folder / FINGERPRINTS).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(memo, dict):
+            return {k: v for k, v in memo.items() if isinstance(v, str) and len(v) == 64}
+    return {}
+
+
+def _write_memo(memo):
+    """The memo saved in the first cache folder that takes it; a folder that cannot be written costs the next
+    process its parsing, nothing else (no warning: no result depends on it)."""
+    for folder in cache_folders():
+        try:
+            (folder / FINGERPRINTS).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(folder / FINGERPRINTS, json.dumps(memo))
+            return
+        except OSError:
+            continue
+
+
+@functools.lru_cache(maxsize=512)
+def _syntax_fingerprint(source):
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -45,13 +99,14 @@ def code_fingerprint(source):
 def code_digest(paths, package=PACKAGE):
     """One hash of the Python code at `paths` under `package` (a folder: every .py below it), by path and
     code_fingerprint."""
-    h = hashlib.sha256()
+    files = []
     for name in paths:
         path = Path(package) / name
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            if "__pycache__" not in file.parts:
-                name = file.relative_to(package).as_posix()
-                h.update(name.encode() + b"\0" + code_fingerprint(file.read_text()).encode())
+        files += [file for file in (sorted(path.rglob("*.py")) if path.is_dir() else [path])
+                  if "__pycache__" not in file.parts]
+    h = hashlib.sha256()
+    for file, fingerprint in zip(files, code_fingerprints([file.read_text() for file in files]), strict=True):
+        h.update(file.relative_to(package).as_posix().encode() + b"\0" + fingerprint.encode())
     return h.hexdigest()
 
 

@@ -55,16 +55,52 @@ def _gradebook(db_url=None):
     """nbgrader's Gradebook of the course (as its nbgrader_config.py names it) or of `db_url`; None where there is
     none: nbgrader was never run there (no empty gradebook is made), or the course folder has no nbgrader settings."""
     from autograder.errors import ConfigError
-    from autograder.notebooks.build import gradebook_url
     if db_url is None:
         try:
-            db_url = gradebook_url()
+            db_url = course_gradebook_url()
         except ConfigError:
             return None
     if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
         return None
     from nbgrader.api import Gradebook
     return Gradebook(db_url)
+
+
+URLS = Path("memo") / "gradebook-urls.json"  # in a cache folder: the gradebook a nbgrader_config.py names, by its
+# path and text (memo/, apart from the runs' entries at the folder's top)
+
+
+def course_gradebook_url():
+    """The gradebook the course's nbgrader_config.py names (notebooks/build.py gradebook_url), remembered in the
+    cache folder by the file's path and text. Reading it executes the file, which imports all of nbgrader (0.9 CPU-s
+    of every `course grade`, most of them to find there is no gradebook); what it names is a function of its path
+    and text, unless it reads the environment: such a file is read every time."""
+    import hashlib
+    import json
+
+    from autograder.grading.cache import atomic_write, cache_folders, cache_off
+    from autograder.notebooks.build import gradebook_url, nbgrader_config
+    path = nbgrader_config()
+    text = path.read_bytes()
+    if cache_off() or b"environ" in text or b"getenv" in text:
+        return gradebook_url()
+    key = hashlib.sha256(str(path.resolve()).encode() + b"\0" + text).hexdigest()
+    for folder in cache_folders():
+        try:
+            url = json.loads((folder / URLS).read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(url, str):
+            return url
+    url = gradebook_url()
+    for folder in cache_folders():  # the first folder that takes it; none costs the next run the reading
+        try:
+            (folder / URLS).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(folder / URLS, json.dumps({key: url}))
+            break
+        except OSError:
+            continue
+    return url
 
 
 def _from_gradebook(db_url, aid, students):
