@@ -3,7 +3,7 @@
 Each level gets one grader process: a pytest run of tests/test_corpus.py's cases (AT_EVERY_LEVEL: all but three
 that spin a core to their time limit, whose path another case takes; less PYTHON_ONLY, whose outcome no level's
 walls can change: CI's own run grades those) and tests/test_lifecycle.py, made as
-tests/test_isolation_levels.py makes its levels (run_as) and told through COURSE_TEST_ISOLATION which level every
+tests/test_isolation_levels.py makes its levels (as_user) and told through COURSE_TEST_ISOLATION which level every
 grading must report. One pytest process per level: torch is imported once
 and one zygote serves every corpus case (the lifecycle tests start graders of their own: that is what they test).
 """
@@ -28,8 +28,8 @@ pytestmark = [pytest.mark.grading, pytest.mark.slow,
 # Ordinary users of their own (not test_isolation_levels' two): at `landlock` the process limit counts the user's
 # own processes, which another test's grader of the same user, running beside this one, would move.
 USERNS_USER, LANDLOCK_USER = 65532, 65531
-# A level's run ends in 1-3 minutes on two idle cores (the three at once); a run past this is a hang, not a slow
-# machine (run_as's 600 s was within reach on two cores shared with other test runs: see benchmarks/RESULTS.md)
+# The three levels' runs took 158 s together in the test command's run of 1627d94, and 508 s on two cores shared
+# with other runs (benchmarks/RESULTS.md): run_as's 600 s was within reach. A run past this is a hang.
 HANGS_AFTER = 1800
 # The cases whose student code asks nothing of the machine that the levels wall off differently (the notebook's
 # shape, wrong values, Python-level patches, what the grader's own scans find): no level's walls can change their
@@ -62,7 +62,8 @@ os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 
 
 def node_ids_at_every_level():
-    return [f"tests/test_corpus.py::test_corpus_case[{name}]" for name in AT_EVERY_LEVEL if name not in PYTHON_ONLY] + \
+    cases = [name for name in AT_EVERY_LEVEL if name not in PYTHON_ONLY]
+    return [f"tests/test_corpus.py::test_corpus_case[{name}]" for name in cases] + \
         [f"tests/test_lifecycle.py::{name}" for name in dir(test_lifecycle) if name.startswith("test_")]
 
 
