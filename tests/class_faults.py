@@ -203,12 +203,23 @@ def left_behind(coordinator):
     return alive
 
 
+def gone_within(coordinator, seconds):
+    """What is left of a dead coordinator `seconds` after its death (left_behind), or nothing, as soon as nothing
+    is: a process of its tree cannot come back, so once none is alive none will be."""
+    deadline = time.monotonic() + seconds
+    left = left_behind(coordinator)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)  # the kernel ends them (die_with_parent): no event of theirs to wait on from here
+        left = left_behind(coordinator)
+    return left
+
+
 @dataclass
 class Faults:
     """What killed_halfway_and_rerun saw."""
     saved: int            # results on disk when the coordinator was killed
     killed_after: float   # seconds into the first run
-    left: list            # processes alive LEFT_AFTER seconds after the kill
+    left: list            # processes still alive LEFT_AFTER seconds after the kill (gone_within)
     code: int             # the rerun's exit status
     wall: float           # both runs' seconds
     blows: list           # (seconds since the first start, submission, signal)
@@ -233,8 +244,7 @@ def killed_halfway_and_rerun(folder, aid, results, flags, logs, rng, every, half
     first.kill()
     killer.done.set()
     killer.join()
-    time.sleep(LEFT_AFTER)
-    left = left_behind(first)
+    left = gone_within(first, LEFT_AFTER)
     second = Coordinator(folder, aid, results, [*flags, *more], f"{logs}2.err", env)
     again = Killer(second, rng, hit, every, stop_one=not killer.stopped, kills_first=0, most=most)
     again.start()

@@ -19,7 +19,10 @@ HARDWARE_SKIPS = ("GPU", "CUDA", "flush-to-zero")
 SKIPPED = []
 # Each test's seconds (setup, call and teardown), for tools/quick_tier.py: the quick tier's cost in this run.
 DURATIONS = {}
-DURATIONS_FILE = Path(__file__).resolve().parents[1] / ".test-durations.json"
+# A pytest run inside a test (tests/test_levels_corpus.py's, as an ordinary user who may not write the course's
+# folder) names a file of its own: its durations are not the test command's.
+DURATIONS_FILE = Path(os.environ.get("COURSE_TEST_DURATIONS") or
+                      Path(__file__).resolve().parents[1] / ".test-durations.json")
 STARTED = {}
 # The smallest-failing-case search adds up to course.yaml's limits.search_seconds to each item a planted mistake
 # fails (test_grading grades some 150): off here, on in tests/test_smallest_case.py, which tests it.

@@ -6,7 +6,8 @@ The cases that hang on purpose have shortened limits (item 6 s, setup 8 s: `HANG
 not minutes.
 
 CI's own run grades at whatever level the machine gives root (`namespaces`); tests/test_levels_corpus.py runs the
-cases again at each other level (all but the three that spin a core to their time limit: `root_only`), with
+cases again at each other level (all but the three that spin a core to their time limit, `root_only`, and those
+whose outcome no level's walls can change, its PYTHON_ONLY), with
 COURSE_TEST_ISOLATION naming the level every grading must report, grading only the items a case attacks. Where a
 case's outcome honestly differs at a level, the case says so (`at`).
 """
@@ -37,7 +38,7 @@ SDPA, MMD, PE = "scaled_dot_product_attention", "make_memory_dataset", "Position
 # The level every grading of this run must report (tests/test_levels_corpus.py sets it); unset: not checked
 LEVEL = os.environ.get("COURSE_TEST_ISOLATION")
 ISOLATES = can_isolate() or LEVEL not in (None, "process")
-AT_EVERY_LEVEL = []  # the cases tests/test_levels_corpus.py runs at each level (see case)
+AT_EVERY_LEVEL = []  # the cases tests/test_levels_corpus.py may run at each level (see case)
 # How long spawns_a_background_process's process sleeps: this process's own, since the same case may run at
 # another level beside it (tests/test_levels_corpus.py)
 SLEEP = 100000 + os.getpid()

@@ -2,7 +2,7 @@
 one FIX line per problem (no MNIST, an unwritable cache, no isolation to be had), exit 1 then.
 
 Each run grades the three reference solutions (`--quick`: without their experiments, about a minute on two
-cores); the full form runs once, on a course whose experiments are cut to a few steps.
+cores); the full form runs once, as root and offline, on a course whose experiments are cut to a few steps.
 """
 import re
 import sys
@@ -56,11 +56,6 @@ def well(run, level):
     return items
 
 
-def test_quick_is_well_on_a_fresh_clone_as_root(clone):
-    items = well(course(clone, "doctor", "--quick", "--device", "cpu", network=False), "namespaces")
-    assert "the highest level" in items["isolation"] and str(clone / ".grader" / "cache") in items["cache"]
-
-
 def test_quick_is_well_as_an_ordinary_user(clone, user, tmp):
     """The user can read the copy, not write it: the cache is its own (HOME), the level user namespaces."""
     home = user_home(tmp, user)
@@ -104,10 +99,13 @@ def test_a_machine_that_isolates_nothing_is_one_fix_line(clone, user, tmp):
     assert "not graded" in run.stdout and not any(aid in items for aid in AIDS)
 
 
-def test_the_full_form_grades_the_experiments_and_shows_each_margin(clone):
+def test_the_full_form_is_well_on_a_fresh_clone_as_root_and_shows_each_experiment_s_margin(clone):
+    """Offline, as root: the highest level, the course's own cache. (`--quick` on a fresh clone, the same screen
+    less the experiments, is the ordinary user's test: one run as root grades the references once, not twice.)"""
     shorten(clone)
-    run = course(clone, "doctor", "--device", "cpu")
-    well(run, "namespaces")
+    run = course(clone, "doctor", "--device", "cpu", network=False)
+    items = well(run, "namespaces")
+    assert "the highest level" in items["isolation"] and str(clone / ".grader" / "cache") in items["cache"]
     graded = [name for aid in AIDS for name, exp in load_course().assignment(aid).experiments.items() if exp.graded]
     shown = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith("    ")}
     assert set(shown) == set(graded), run.stdout

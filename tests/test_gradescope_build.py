@@ -7,9 +7,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 import tomllib
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -17,7 +19,7 @@ from packaging.requirements import Requirement
 
 from autograder.course.config import ROOT, load_course, parse_course
 from autograder.grading.grade import grade_notebook
-from autograder.integrations.gradescope import COURSE_DIR, course_files, otter_config
+from autograder.integrations.gradescope import COURSE_DIR, course_files, otter_config, requirements
 from autograder.integrations.otter_plugin import STAFF_TEST, load_seconds, run_autograder, upload_problem, worst_seconds
 from autograder.notebooks.examples import examples
 
@@ -31,7 +33,12 @@ def norm(name):
 
 def runtime_closure():
     """Distribution names (normalised) that `pip install course` brings: pyproject's dependencies, no extras."""
-    todo = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    return closure(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+
+
+def closure(requirements):
+    """Distribution names (normalised) that pip installs for `requirements`, as this environment has them."""
+    todo = [Requirement(r) for r in requirements]
     seen = set()
     while todo:
         req = todo.pop()
@@ -188,16 +195,44 @@ def test_a_submission_past_the_time_budget_gets_results_json_with_its_points_and
 REUSE_VENV = os.environ.get("COURSE_REHEARSAL")  # a folder: the rehearsal's environment, built there once, reused
 
 
+def environment_with_the_pins_in(zip_path, venv, log):
+    """The zip's fresh environment (its Python, no system site-packages), built by the rehearsal's own step
+    (gradescope_check.build_venv: environment.yml's pip packages, by pip), with setup.sh's pins (torch,
+    torchvision) and their dependencies put in first as hard links to this environment's installed files: the
+    README's install took the same pins from the same indexes that the rehearsal's pip reaches, and unpacking
+    them again (PyPI's torch with its CUDA libraries, 6.3 GB) cost 61 CPU-s where this costs 29 (benchmarks/
+    RESULTS.md). Only the pins' closure is linked, so a package the zip's requirements miss is missing here too;
+    pip finds the pins met and installs everything else itself, the course's own requirements in setup.sh's
+    steps. On another filesystem than this environment's, the files are copied (no unpacking either)."""
+    from autograder.integrations.gradescope_check import build_venv, pip_packages
+    python, _ = pip_packages(zip_path)
+    subprocess.run([shutil.which(f"python{python}"), "-m", "venv", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    own = {norm(d.metadata["Name"]) for d in md.distributions(path=[str(site)])}  # pip, setuptools: venv's, left
+    for name in closure(requirements()) - own:
+        dist = md.distribution(name)
+        for file in dist.files or []:
+            source, target = Path(dist.locate_file(file)), site / file
+            # not its console scripts (../../bin: their first line names this environment's python)
+            if file.parts[0] != ".." and source.is_file() and not target.exists():  # (a namespace's __init__)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(source, target)
+                except OSError:  # another filesystem: a copy, which is still no unpacking
+                    shutil.copy2(source, target)
+    return build_venv(zip_path, venv, log)
+
+
 @pytest.mark.grading
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("python3.11"), reason="the zip's environment wants Python 3.11")
 def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_uploads(tmp_path, graded_solutions):
     """CI's run of `course export gradescope lab14_transformers --check`
-    (autograder/integrations/gradescope_check.py): one fresh environment from the zip's requirements, three
-    uploads each in its own /autograder-like root. On an
-    idle 2-core machine about 105 s of CPU in 150 s, 75 of them building the environment (COURSE_REHEARSAL=DIR
-    keeps one there for local iteration: then about 45 s). The untouched release gets `course grade`'s reasons
-    word for word (the half-done notebook's comparison is tests/test_gradescope.py's)."""
+    (autograder/integrations/gradescope_check.py): one fresh environment from the zip's requirements (the pins
+    linked in: environment_with_the_pins_in), three uploads each in its own /autograder-like root. On an idle
+    2-core machine it was about 105 s of CPU in 150 s, 75 of them building the environment with pip alone
+    (COURSE_REHEARSAL=DIR keeps one there for local iteration). The untouched release gets `course grade`'s
+    reasons word for word (the half-done notebook's comparison is tests/test_gradescope.py's)."""
     from autograder.integrations.gradescope import export_gradescope
     from autograder.integrations.gradescope_check import rehearse
     zip_path = export_gradescope(AID, tmp_path / "autograder.zip", device="cpu")
@@ -210,7 +245,15 @@ def test_the_rehearsal_builds_the_zip_as_gradescope_does_and_grades_three_upload
     uploads["py"].parent.mkdir()
     uploads["py"].write_text("def scaled_dot_product_attention(Q, K, V, mask=None):\n    return Q\n")
     t0 = time.monotonic()
-    results = rehearse(zip_path, list(uploads.values()), work=tmp_path / "rehearsal", venv=REUSE_VENV)
+    venv = REUSE_VENV or tmp_path / "venv"
+    if not REUSE_VENV:
+        with open(tmp_path / "venv.log", "w") as log:
+            environment_with_the_pins_in(zip_path, venv, log)
+    try:
+        results = rehearse(zip_path, list(uploads.values()), work=tmp_path / "rehearsal", venv=venv)
+    finally:
+        if not REUSE_VENV:
+            shutil.rmtree(venv, ignore_errors=True)
     print(f"rehearsal: {time.monotonic() - t0:.0f} s")
     got = {name: results[str(path)] for name, path in uploads.items()}
     total = load_course().assignment(AID).total_points
