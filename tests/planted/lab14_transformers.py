@@ -200,8 +200,17 @@ SHAPE_SLIPS = {
 }
 add_slips(PLANTED, CATCHES, SHAPE_SLIPS)
 # Device slips: a tensor made on the CPU inside the item, which crashes once the inputs are on a GPU. Only the shapes
-# check's second run, with every input on torch's meta device, catches it on a CPU grader (see add_slips).
+# check's second run, with every input on a fake GPU, catches it on a CPU grader (see add_slips).
 DEVICE_SLIPS = {
+    # a .cpu() round trip, a CPU weight in a linear layer, a CPU index: each passes on meta, fails on the fake GPU
+    "PositionalEncoding": {"table_read_on_the_cpu": (
+        ("self.pe[0, :S].to(dtype=x.dtype, device=x.device)", "self.pe[0, :S].cpu().to(dtype=x.dtype)"), {"shapes"}),
+                           "positions_indexed_on_the_cpu": (
+        ("self.pe[0, :S].to(dtype=x.dtype, device=x.device)",
+         "self.pe[0].index_select(0, torch.arange(S)).to(dtype=x.dtype)"), {"shapes"})},
+    "manual_multihead": {"projection_weight_on_the_cpu": (
+        ("F.linear(x, mha.in_proj_weight, mha.in_proj_bias)",
+         "F.linear(x, mha.in_proj_weight.cpu(), mha.in_proj_bias)"), {"shapes"})},
     "scaled_dot_product_attention": {"scale_as_a_cpu_tensor": (  # a 1-element CPU tensor is no scalar
         ("/ math.sqrt(d_k)", "/ torch.sqrt(torch.tensor([d_k], dtype=Q.dtype))"), {"shapes"})},
 }
