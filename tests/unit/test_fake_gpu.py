@@ -20,7 +20,8 @@ SLIPS = {  # name -> (the student's cell, the line the reason must name)
     "element_wise": ("def f(x, w):\n    pos = torch.arange(x.shape[-1])\n    return x + pos\n", 2),
     "masked_fill": ("def f(x, w):\n    m = torch.ones(x.shape[-2], x.shape[-1]).triu(1).bool()\n"
                     "    return x.masked_fill(m, 0.0)\n", 2),
-    "cat": ("def f(x, w):\n    col = torch.full((x.shape[0], 1, x.shape[2]), 2.0)\n    return torch.cat([col, x], 1)\n", 2),
+    "cat": ("def f(x, w):\n    col = torch.full((x.shape[0], 1, x.shape[2]), 2.0)\n"
+            "    return torch.cat([col, x], 1)\n", 2),
 }
 RIGHT = {
     "on_the_inputs_device": "def f(x, w):\n    pos = torch.arange(x.shape[-1], device=x.device)\n"
