@@ -31,12 +31,20 @@ from autograder.sandbox.grader_side import StudentRaised
 
 CHECKS_DEVICE = "cpu"    # where values, gradients and properties are checked, on every grader
 OTHER_DEVICE = "cuda"    # where the shapes check runs a second time: a fake GPU (sandbox/child/fake_gpu.py)
+NO_VERDICT = "no verdict on devices: the fake GPU could not run"  # a TA note's words (DeviceCheck.notes)
 ON_OTHER_DEVICE = ("every input on a fake GPU (cuda, torch's FakeTensorMode, on every grader): a tensor the item "
                    "creates goes on its inputs' device (device=x.device)")
 
 
 class DeviceCheck:
-    """Parametrizes each shapes check of an item with `device_check` on: the CPU, then the fake GPU (module doc)."""
+    """Parametrizes each shapes check of an item with `device_check` on: the CPU, then the fake GPU (module doc).
+
+    `notes` (the session's notes for the TA) gets a line for each item whose fake run gave no verdict, with the
+    error that stopped it: on the reference solution, such an item belongs in course.yaml with `device_check: false`
+    and that reason (tests/test_grading.py holds the references to it)."""
+
+    def __init__(self, notes=None):
+        self.notes = notes if notes is not None else []
 
     def pytest_generate_tests(self, metafunc):
         marker = metafunc.definition.get_closest_marker("item")
@@ -60,6 +68,8 @@ class DeviceCheck:
         except StudentRaised as e:
             if placement_of(pyfuncitem) != OTHER_DEVICE or MIXED_DEVICES.search(str(e)):
                 raise
+            item = pyfuncitem.get_closest_marker("item").args[0]
+            self.notes.append(f"{NO_VERDICT} '{item}' ({str(e).splitlines()[0][:160]})")
             return True
 
 

@@ -28,8 +28,9 @@ def importable(root: Path):
             sys.path.remove(str(root))
 
 
-def planted_file(aid, root=None):
-    """The PLANTED of the course's tests/planted/<aid>.py, read from disk now; None when there is no such file."""
+def planted_file(aid, root=None, name="PLANTED"):
+    """The PLANTED (or another table, `name`: EDGE_SLIPS) of the course's tests/planted/<aid>.py, read from disk now;
+    None when there is no such file."""
     root = Path(root or course_root())
     path = root / "tests" / "planted" / f"{aid}.py"
     if not path.is_file():
@@ -39,7 +40,7 @@ def planted_file(aid, root=None):
     module = importlib.util.module_from_spec(spec)
     with importable(root):
         spec.loader.exec_module(module)
-    return getattr(module, "PLANTED", {})
+    return getattr(module, name, {})
 
 
 def variant_source(aid, item, variant):

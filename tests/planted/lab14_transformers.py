@@ -220,7 +220,7 @@ EDGE_SLIPS = {
     "scaled_dot_product_attention": {"no_open_key_gives_nan": (
         ("    scores = scores.masked_fill(empty, 0.0)\n"
          "    weights = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)",
-         "    weights = torch.softmax(scores, dim=-1)"), {"values"})},
+         "    weights = torch.softmax(scores, dim=-1)"), {"properties"})},
 }
 add_slips(PLANTED, CATCHES, EDGE_SLIPS)
 attach_catches(PLANTED, CATCHES)
