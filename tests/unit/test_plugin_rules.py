@@ -100,7 +100,8 @@ def test_each_check_scores_its_points_and_the_students_failures_say_why(grade):
     tests = by_name(results)
     # course.yaml's items and check order, only the items -k selected
     assert list(tests) == [f"{SDPA}: exists", f"{SDPA}: shapes", f"{SDPA}: values", f"{SDPA}: gradients",
-                           f"{SDPA}: properties", "PositionalEncoding: exists", "PositionalEncoding: shapes", "PositionalEncoding: values",
+                           f"{SDPA}: properties", "PositionalEncoding: exists", "PositionalEncoding: shapes",
+                           "PositionalEncoding: values",
                            "PositionalEncoding: properties"]
     assert tests[f"{SDPA}: exists"] == (1, 1, f"'{SDPA}' exists with signature (Q, K, V, mask=None)")
     assert tests[f"{SDPA}: shapes"] == (1, 1, "ok")
