@@ -94,3 +94,14 @@ def test_a_read_of_values_is_no_verdict(gpu):
     with pytest.raises(Exception) as raised:
         run(gpu, student("reads", "def f(x, w):\n    return x[: int(x.sum().item())]\n"), "reads")
     assert not isinstance(raised.value, DeviceMismatch)
+
+
+def test_a_result_left_on_the_cpu_raises_naming_where_it_was_made(gpu):
+    f = student("returned", "def f(x, w):\n    out = torch.zeros(x.shape)\n    return out\n")
+    out = run(gpu, f, "returned")
+    with pytest.raises(DeviceMismatch) as raised:
+        gpu.check_returned((out, [out]))
+    assert "a tensor on cpu came back, not on the same device as the inputs" in str(raised.value)
+    assert raised.value.student_line == ("cell returned", 2)
+    gpu.check_returned(run(gpu, student("kept", "def f(x, w):\n    return torch.zeros(x.shape, device=x.device)\n"),
+                           "kept"))

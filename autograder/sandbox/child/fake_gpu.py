@@ -37,12 +37,19 @@ def student_frames(frame):
     return frames
 
 
-def strays(values):
-    """The tensors among `values` that are on the CPU and not a 0-dim scalar."""
+def strays(values, scalars=False):
+    """The tensors among `values` that are on the CPU (0-dim ones, a GPU op's scalars, only with `scalars`)."""
     import torch
     from torch.utils._pytree import tree_flatten
     return [t for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor) and t.device.type == "cpu"
-            and t.dim() > 0]
+            and (scalars or t.dim() > 0)]
+
+
+def mismatch(origin, item, what="is not on the same device as the inputs"):
+    """DeviceMismatch for a CPU tensor of `origin` (None: unknown) met, or returned, where the inputs are on cuda."""
+    return DeviceMismatch(f"a tensor on cpu {what} ({DEVICE}, a fake GPU): it was {told(origin, item)}; make it with "
+                          f"device=x.device, or move it with .to(x.device)",
+                          blamed(origin, item)[:2] if origin else None)
 
 
 def blamed(origin, item):
@@ -96,10 +103,8 @@ def traced_dispatch(dispatch, func, types, args, kwargs, torch, tree_flatten, it
         if "found at least two devices" not in str(e) and "on the expected device" not in str(e):
             raise
         origin = next((t._course_origin for t in strays((args, kwargs)) if getattr(t, "_course_origin", None)), None)
-        raise DeviceMismatch(f"a tensor on cpu is not on the same device as the inputs ({DEVICE}, a fake GPU): it was "
-                             f"{told(origin, item)}; make it with device=x.device, or move it with .to(x.device)",
-                             blamed(origin, item)[:2] if origin else None) from None
-    made = strays(out)
+        raise mismatch(origin, item) from None
+    made = strays(out, scalars=True)
     if made:
         kept = next((t._course_origin for t in strays((args, kwargs)) if getattr(t, "_course_origin", None)), None)
         if kept is None:
@@ -134,6 +139,13 @@ class FakeGPU:
         self.mode.course_item = item
         with self.mode:
             yield
+
+    def check_returned(self, value):
+        """A request's answer on the fake GPU holds no tensor on the CPU: one that does raises, naming where it was
+        made (a GPU grader's inputs are on the GPU, and so must the item's results be)."""
+        for t in strays(value, scalars=True):
+            raise mismatch(getattr(t, "_course_origin", None), self.mode.course_item,
+                           "came back, not on the same device as the inputs")
 
     def tensor(self, t, device=DEVICE):
         with self.mode:

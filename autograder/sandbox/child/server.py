@@ -246,6 +246,8 @@ class Server:
                     torch.enable_grad() if grad else torch.no_grad():
                 fn, args, kwargs, tensors = self.prepared(msg)
                 value = fn(*args, **kwargs)
+                if msg.get("fake_gpu"):
+                    self.fake().check_returned(value)
                 if grad and msg.get("fake_gpu"):  # torch's autograd engine asks the CUDA driver for the device
                     raise StudentError("the fake GPU runs no backward pass: no verdict on devices there")
                 if grad:
