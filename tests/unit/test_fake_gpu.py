@@ -97,11 +97,24 @@ def test_a_read_of_values_is_no_verdict(gpu):
 
 
 def test_a_result_left_on_the_cpu_raises_naming_where_it_was_made(gpu):
+    """...when the inputs were on the fake GPU (a tensor, a module's weights or a torch.device): with no input
+    there, an answer on the CPU is right (`causal_mask(T)` without a device)."""
     f = student("returned", "def f(x, w):\n    out = torch.zeros(x.shape)\n    return out\n")
-    out = run(gpu, f, "returned")
+    x, w = gpu.tensor(torch.randn(2, 3, 4)), gpu.tensor(torch.randn(5, 4))
+    with gpu.running("returned"):
+        out = f(x, w)
     with pytest.raises(DeviceMismatch) as raised:
-        gpu.check_returned((out, [out]))
+        gpu.check_returned((out, [out]), f, (x, w), {})
     assert "a tensor on cpu came back, not on the same device as the inputs" in str(raised.value)
     assert raised.value.student_line == ("cell returned", 2)
-    gpu.check_returned(run(gpu, student("kept", "def f(x, w):\n    return torch.zeros(x.shape, device=x.device)\n"),
-                           "kept"))
+    with pytest.raises(DeviceMismatch):
+        gpu.check_returned(out, f, (3,), {"device": torch.device("cuda")})
+    with pytest.raises(DeviceMismatch):
+        gpu.check_returned(out, f, (3,), {"device": "cuda"})
+    layer = gpu.module(torch.nn.Linear(4, 5))
+    with pytest.raises(DeviceMismatch):
+        gpu.check_returned(out, layer.forward, (3,), {})
+    gpu.check_returned(out, f, (3,), {})  # nothing was on the fake GPU
+    kept = student("kept", "def f(x, w):\n    return torch.zeros(x.shape, device=x.device)\n")
+    with gpu.running("kept"):
+        gpu.check_returned(kept(x, w), kept, (x, w), {})

@@ -45,6 +45,15 @@ def strays(values, scalars=False):
             and (scalars or t.dim() > 0)]
 
 
+def names_the_gpu(v, torch):
+    """Whether an input is on the fake GPU: a tensor there, or a device naming it (torch.device or 'cuda')."""
+    if isinstance(v, torch.Tensor):
+        return v.device.type == DEVICE
+    if isinstance(v, str):
+        return v.split(":")[0] == DEVICE
+    return isinstance(v, torch.device) and v.type == DEVICE
+
+
 def mismatch(origin, item, what="is not on the same device as the inputs"):
     """DeviceMismatch for a CPU tensor of `origin` (None: unknown) met, or returned, where the inputs are on cuda."""
     return DeviceMismatch(f"a tensor on cpu {what} ({DEVICE}, a fake GPU): it was {told(origin, item)}; make it with "
@@ -140,9 +149,17 @@ class FakeGPU:
         with self.mode:
             yield
 
-    def check_returned(self, value):
-        """A request's answer on the fake GPU holds no tensor on the CPU: one that does raises, naming where it was
-        made (a GPU grader's inputs are on the GPU, and so must the item's results be)."""
+    def check_returned(self, value, fn, args, kwargs):
+        """An answer to inputs on the fake GPU holds no tensor on the CPU: one that does raises, naming where it was
+        made (a GPU grader's inputs are on the GPU, and so must the item's results be). Inputs: a tensor or module
+        there, or a device naming it (`causal_mask(T, device='cuda')`); `causal_mask(T)` alone may answer on the CPU."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+        owner = getattr(fn, "__self__", fn)
+        given = tree_flatten((args, kwargs))[0] + (list(owner.parameters()) + list(owner.buffers())
+                                                   if isinstance(owner, torch.nn.Module) else [])
+        if not any(names_the_gpu(v, torch) for v in given):
+            return
         for t in strays(value, scalars=True):
             raise mismatch(getattr(t, "_course_origin", None), self.mode.course_item,
                            "came back, not on the same device as the inputs")

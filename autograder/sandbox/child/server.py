@@ -247,7 +247,7 @@ class Server:
                 fn, args, kwargs, tensors = self.prepared(msg)
                 value = fn(*args, **kwargs)
                 if msg.get("fake_gpu"):
-                    self.fake().check_returned(value)
+                    self.fake().check_returned(value, fn, args, kwargs)
                 if grad and msg.get("fake_gpu"):  # torch's autograd engine asks the CUDA driver for the device
                     raise StudentError("the fake GPU runs no backward pass: no verdict on devices there")
                 if grad:
