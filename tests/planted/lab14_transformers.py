@@ -12,6 +12,12 @@ PLANTED = {
                                      "weights = torch.softmax(scores, dim=-2)\n        return"),
             "mask_convention_flipped": ("scores = scores.masked_fill(~allowed, float(\"-inf\"))",
                                         "scores = scores.masked_fill(allowed, float(\"-inf\"))"),
+            # a 0/1 number mask read as PyTorch's additive float attn_mask: wrong only where a mask is not bool
+            "number_mask_added_to_the_scores": ("    allowed = mask != 0  # bool whatever the mask's dtype",
+                                                "    if mask.dtype != torch.bool:\n"
+                                                "        weights = torch.softmax(scores + mask, dim=-1)\n"
+                                                "        return weights @ V, weights\n"
+                                                "    allowed = mask != 0  # bool whatever the mask's dtype"),
             # the right weights, cut off from the graph (for plotting): no gradient reaches Q or K
             "weights_detached": ("weights = torch.softmax(scores, dim=-1)\n        return",
                                  "weights = torch.softmax(scores, dim=-1).detach()\n        return"),
@@ -155,6 +161,7 @@ TRAINING_NOT_PLANTED = {}
 CATCHES = {
     "scaled_dot_product_attention": {
         "mask_convention_flipped": {"values", "gradients"},
+        "number_mask_added_to_the_scores": {"values"},
         "no_sqrt_scale": {"values", "gradients"},
         "softmax_over_queries": {"values", "gradients"},
         "weights_detached": {"gradients"},
@@ -227,8 +234,6 @@ attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
 NOT_ISOLATED = {
-    ("manual_multihead", "shapes"): SHAPES_TODO,
-    ("PositionalEncoding", "shapes"): SHAPES_TODO,
     ("PositionalEncoding", "values"): OVERLAP_TODO,
     ("EncoderBlock", "shapes"): SHAPES_TODO,
     ("make_memory_dataset", "shapes"): SHAPES_TODO,
