@@ -7,10 +7,15 @@ sends (and every module it builds) on a fake GPU: a CUDA device that exists only
 (autograder/sandbox/child/fake_gpu.py), on every grader, with or without a GPU, so no score depends on the hardware. A
 fake `cuda` tensor has a shape, a dtype and a device but no data, and carries CUDA's device rules: an element-wise op,
 `cat`, `masked_fill`, a matrix product, `F.linear`, `bmm`, an embedding or `gather` that meets a CPU tensor raises
-(measured, torch 2.14.1), and the reason names where the student's code made that tensor or moved it to the CPU
-(and the lines that called it), never only the function it was handed to. A 0-dim CPU tensor is a scalar, as on CUDA.
-What comes back from the fake GPU has no values (protocol.carried sends zeros in their place): that run checks
-shapes, dtypes and devices only, which is all a shapes check looks at.
+(measured, torch 2.14.1), and so does a result left on the CPU; the reason names the line of the graded item's own
+cell that made that tensor or moved it to the CPU (and the helper's line, when that line called one that made it),
+never only the function it was handed to. A 0-dim CPU tensor is a scalar, as on CUDA. A CPU tensor that an index
+of a CUDA tensor uses passes, as on CUDA; a CPU tensor indexed by a CUDA index passes too, where CUDA would raise
+(a gap of the fake kernels). What comes back from the fake GPU has no values (protocol.carried sends zeros in their
+place): that run checks shapes, dtypes and devices only, which is all a shapes check looks at.
+
+The run is the item's shapes check's (its main cases), not every check's: a device slip costs that one point, as a
+mistake is counted once, and the values, gradients and properties cases are not run a second time.
 
 It replaces a run on torch's meta device, which let a `.cpu()` round trip ("Cannot copy out of meta tensor": no
 verdict) and a CPU tensor in a matrix product, linear layer, embedding or index through (meta checks no devices
@@ -20,8 +25,10 @@ the grader's device (`--device`, CUDA where there is one).
 In the fake run only an error that mixes devices counts (MIXED_DEVICES); any other error of the student's code there
 (an op without a fake kernel, `.item()`, a shape that depends on values, a backward pass, which needs a CUDA driver)
 is no verdict, and the run passes, since the CPU run of the same cases judged everything else. An item whose shapes
-check cannot run there at all (it reads values: a trained model's error, packing's lengths) sets
-`device_check: false` in course.yaml with the reason beside it, and keeps its shapes check on the CPU only.
+check cannot run there at all (it reads values: a trained model's error, packing's lengths), or that takes no tensor
+(sizes, a seed), sets `device_check: false` in course.yaml with the reason beside it, and keeps its shapes check on the
+CPU only; an item the fake GPU gave no verdict on gets a note for the TA (DeviceCheck.notes), and the reference may
+have none (tests/test_grading.py).
 """
 import pytest
 
