@@ -7,8 +7,9 @@ tensor is a scalar, as on CUDA.
 
 Where the stray tensor came from is what a student needs, not where it met the inputs (often a function it was handed
 to): every CPU tensor made while a request runs remembers the student's lines that made it, or moved it there
-(`.cpu()`, `.to('cpu')`), and a tensor computed from it keeps that origin. A mismatch raises DeviceMismatch naming
-them, innermost first, with the callers' lines.
+(`.cpu()`, `.to('cpu')`), and a tensor computed from it keeps that origin. A mismatch, or a result left on the CPU,
+raises DeviceMismatch naming the graded item's own line first (where it called `causal_mask(T)` without its device),
+then the helper's line that made the tensor, if another.
 """
 import contextlib
 import linecache
