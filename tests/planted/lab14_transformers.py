@@ -137,6 +137,9 @@ PLANTED = {
                                     "logits = self.head(self.norm(h)[:, -1])"),
             "no_positional_encoding": ("h = self.pos_enc(torch.cat([cls, h], dim=1))",
                                        "h = torch.cat([cls, h], dim=1)"),
+            # an embedding dropout with F.dropout, whose training defaults to True: on in eval mode too
+            "dropout_on_in_eval": ("h = self.pos_enc(torch.cat([cls, h], dim=1))",
+                                   "h = F.dropout(self.pos_enc(torch.cat([cls, h], dim=1)), self.blocks[0].dropout.p)"),
         },
         "right": {
             "cls_appended_by_repeat": None,  # filled below: the reference with a different but equal CLS expansion
@@ -186,6 +189,7 @@ CATCHES = {
         "marker_at_the_end": {"properties"},
     },
     "TransformerClassifier": {
+        "dropout_on_in_eval": {"values"},
         "no_positional_encoding": {"values"},
         "reads_last_position": {"values"},
     },
