@@ -297,7 +297,7 @@ def set_due_dates(aids, db_url):
 
     from nbgrader.api import Gradebook
     course = load_course()
-    with Gradebook(db_url) as gb:
+    with Gradebook(db_url, course.exchange.course_id) as gb:  # the course id nbgrader's own commands give it
         for aid in aids:
             due = course.assignment(aid).due
             gb.update_or_create_assignment(aid, duedate=due.astimezone(UTC).replace(tzinfo=None) if due else None)
