@@ -26,3 +26,10 @@ class Exchange(BaseModel):
             raise ValueError(f"must be an absolute path such as /srv/nbgrader/exchange (got {root!r}): every "
                              f"user's server, in its own home folder, reads the same exchange")
         return root
+
+    def students_config(self) -> str:
+        """The hub's nbgrader_config.py for every user's server (docs/HUB.md: /etc/jupyter/nbgrader_config.py): the
+        exchange every course of the hub shares, and the course's id in the path a student fetches to. No course id:
+        the Assignment List shows each course whose exchange folder the student's groups may read."""
+        return (f"c = get_config()  # noqa: F821 (course.yaml's exchange, autograder/course/exchange.py)\n"
+                f"c.Exchange.root = {self.root!r}\nc.Exchange.path_includes_course = True\n")

@@ -213,7 +213,8 @@ def execute(path, timeout=900, allow_errors=False, env=None):
 # its folders moved into the scratch folder; the gradebook is the course's (registered for autograde) or a
 # scratch one when the release goes elsewhere (a test's or the demo's copy).
 NBGRADER_CONFIG = """
-exec(open({repo_config!r}).read())
+course_config = {repo_config!r}  # run as nbgrader runs it, with its own __file__: it reads course.yaml beside it
+exec(compile(open(course_config).read(), course_config, "exec"), {{**globals(), "__file__": course_config}})
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
