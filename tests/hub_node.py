@@ -4,8 +4,9 @@ useradd and logged in with their passwords through PAM, each user's server start
 writes is in one folder; the users are removed and every process the hub started is ended by `close()`.
 
 Only root can make users and start servers as them; without root, without useradd, without the proxy (Debian:
-`apt-get install node-configurable-http-proxy`) or with a Python that other users cannot run, `why_not()` says why a
+`npm install -g configurable-http-proxy`) or with a Python that other users cannot run, `why_not()` says why a
 test must skip."""
+import contextlib
 import http.cookiejar
 import json
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import nbconvert
 import psutil
+import websockets.sync.client
 
 BIN = Path(sys.executable).parent
 # Jupyter's data (nbconvert's templates, which formgrader and feedback use) beside the packages: the prefix they were
@@ -39,11 +41,11 @@ def why_not():
     """Why a hub with real users cannot start here, or None."""
     if os.geteuid() != 0:
         return "the hub starts each user's server as that Unix user and the test makes the users: it needs root"
-    missing = [t for t in ("useradd", "userdel", "groupadd", "groupdel", "chpasswd", "runuser",
-                           "configurable-http-proxy") if not shutil.which(t, path=f"{os.environ['PATH']}:/usr/sbin")]
+    tools = ("useradd", "userdel", "groupadd", "groupdel", "chpasswd", "runuser", "configurable-http-proxy", "chromium")
+    missing = [t for t in tools if not shutil.which(t, path=f"{os.environ['PATH']}:/usr/sbin")]
     if missing:
-        return (f"{', '.join(missing)} not found (the proxy: apt-get install node-configurable-http-proxy, or npm "
-                f"install -g configurable-http-proxy)")
+        return (f"{', '.join(missing)} not found (the proxy: npm install -g configurable-http-proxy; the browser: "
+                f"apt-get install chromium; .ci/run installs both as root)")
     if not (BIN / "jupyterhub-singleuser").exists():
         return f"jupyterhub is not installed in {BIN.parent} (pip install jupyterhub: the `test` extra)"
     return None
@@ -254,3 +256,90 @@ class Hub:
         for proc in filter(None, started):
             if proc.is_running():
                 proc.kill()
+
+MENU_CLICK = """(() => {
+  const fire = (el, type) => { const r = el.getBoundingClientRect();
+    el.dispatchEvent(new (type.startsWith('pointer') ? PointerEvent : MouseEvent)(type, {bubbles: true,
+      cancelable: true, view: window, button: 0, clientX: r.left + r.width / 2, clientY: r.top + r.height / 2})); };
+  const bar = [...document.querySelectorAll('.lm-MenuBar-item')].find(e => e.textContent.trim() === MENU);
+  fire(bar, 'pointerdown'); fire(bar, 'mousedown');
+  const item = [...document.querySelectorAll('.lm-Menu-item')].find(e => e.textContent.includes(ITEM));
+  if (!item) return false;
+  for (const type of ['pointermove', 'mousemove', 'pointerup', 'mouseup']) fire(item, type);
+  return true; })()"""
+
+
+class Browser:
+    """Headless Chromium driven through its DevTools protocol: a page is opened as a user opens it, after logging
+    in to the hub with the form, and read back as the text it shows once its scripts have filled it."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        self.proc = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                      f"--user-data-dir={self.folder}", "--remote-debugging-port=0", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        active = self.folder / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not (active.exists() and active.read_text().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("chromium did not open its DevTools port")
+            time.sleep(0.2)
+        port = active.read_text().split()[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as response:
+            page = next(t for t in json.loads(response.read()) if t["type"] == "page")
+        self.socket = websockets.sync.client.connect(page["webSocketDebuggerUrl"], max_size=2**26)
+        self.next_id = 0
+
+    def send(self, method, **params):
+        self.next_id += 1
+        self.socket.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:  # events arrive between the answers; only the answer to this call is wanted
+            message = json.loads(self.socket.recv(timeout=120))
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def evaluate(self, expression):
+        return self.send("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def open(self, url):
+        self.send("Page.navigate", url=url)
+        self.wait_for("document.readyState === 'complete'", f"{url} did not load")
+
+    def wait_for(self, condition, what, seconds=90):
+        """Wait until the page's JavaScript `condition` holds (its scripts fetch and render after loading)."""
+        deadline = time.monotonic() + seconds
+        while not self.evaluate(f"Boolean({condition})"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}; the page shows:\n{self.text()[:3000]}")
+            time.sleep(0.3)
+
+    def text(self):
+        return self.evaluate("document.body ? document.body.innerText : ''") or ""
+
+    def log_in(self, hub, user, password):
+        """The hub's login form, filled in and sent as a person would."""
+        self.open(f"{hub.url}/hub/login")
+        self.evaluate(f"document.querySelector('#username_input').value = {json.dumps(user)};"
+                      f"document.querySelector('#password_input').value = {json.dumps(password)};"
+                      "document.querySelector('form').submit()")
+        self.wait_for("!location.pathname.endsWith('/hub/login') && document.readyState === 'complete'",
+                      f"{user} was not logged in")
+
+    def menu(self, menu, item):
+        """A menu of the page's menu bar opened and one of its items chosen, with the pointer events a person's
+        mouse sends (Lumino's menus answer those, not click())."""
+        self.wait_for(f"[...document.querySelectorAll('.lm-MenuBar-item')].some(e => e.textContent.trim() === "
+                      f"{json.dumps(menu)})", f"no menu {menu}")
+        done = self.evaluate(MENU_CLICK.replace("MENU", json.dumps(menu)).replace("ITEM", json.dumps(item)))
+        assert done, f"the menu {menu} has no item {item}"
+
+    def close(self):
+        with contextlib.suppress(Exception):  # the browser may be gone already
+            self.socket.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
