@@ -231,11 +231,13 @@ class Hub:
         """An API token of `user`'s own, as the hub's token page makes one."""
         return self.api(f"/hub/api/users/{user}/tokens", "POST", {"note": "rehearsal", "expires_in": 3600})["token"]
 
-    def start(self, user):
-        """The user's server started by the hub, once it answers."""
-        self.api(f"/hub/api/users/{user}/server", "POST", {})
-        self._until(lambda: (self.api(f"/hub/api/users/{user}")["servers"].get("") or {}).get("ready"),
-                    f"{user}'s server did not start", seconds=180)
+    def start(self, *users):
+        """The users' servers started by the hub, all at once, once each answers."""
+        for user in users:
+            self.api(f"/hub/api/users/{user}/server", "POST", {})
+        for user in users:
+            self._until(lambda user=user: (self.api(f"/hub/api/users/{user}")["servers"].get("") or {}).get("ready"),
+                        f"{user}'s server did not start", seconds=180)
 
     def close(self):
         """Stop the hub (it stops the servers it started and its proxy); then anything left of them, by PID."""

@@ -112,19 +112,17 @@ def semester(tmp, graded_solutions):
     finally:
         if hub is not None:
             hub.close()
-            shutil.copy(hub.folder / "hub.log", "/tmp/hub_last.log")  # DEBUG
         users.remove()
         opened.close()
 
 
 class Person:
-    """A user of the hub: logged in through PAM, their server started, and their own API token."""
+    """A user of the hub, logged in through PAM, with their own API token (their server: `Hub.start`)."""
 
     def __init__(self, hub, name, password):
         self.hub, self.name = hub, name
         assert "/hub/login" not in hub.login(name, password), f"{name} could not log in with their password"
         self.token = hub.token_of(name)
-        hub.start(name)
 
     def call(self, path, method="GET", body=None):
         return self.hub.api(f"/user/{self.name}/{path}", method, body, token=self.token)
@@ -144,6 +142,7 @@ def test_a_semester_on_a_real_jupyterhub(semester):
     hub, names, course, exchange = semester["hub"], semester["names"], semester["course"], semester["exchange"]
     ta_name = names["ta"]
     people = {role: Person(hub, name, semester["users"].passwords[name]) for role, name in names.items()}
+    hub.start(*names.values())
     ta, students = people["ta"], {s: people[s] for s in ("alice", "bob", "carol")}
     lap("five logins through PAM and five servers started")
     complete = examples(FIRST)["complete"]
@@ -286,10 +285,12 @@ def succeeded(answer):
 
 
 def page_score(html):
-    """The score a feedback page shows at its top: nbgrader's "Score: X / Y", the first figure."""
-    found = re.search(r"Score:\s*([\d.]+)\s*/", re.sub(r"<[^>]+>", " ", html))
-    assert found, html[:2000]
-    return float(found.group(1))
+    """The grade a feedback page shows at its top: "<notebook>: X / Y points", less the late penalty it states."""
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    found = re.search(r": ([\d.]+) / ([\d.]+) points", text)
+    assert found, text[:2000]
+    penalty = re.search(r"Late submission penalty: -([\d.]+)", text)
+    return round(float(found.group(1)) - (float(penalty.group(1)) if penalty else 0), 2)
 
 
 def canvas_grades(path):
