@@ -8,6 +8,7 @@ Only root can make users and start servers as them; without root, without userad
 test must skip."""
 import contextlib
 import http.cookiejar
+import importlib.util
 import json
 import os
 import pwd
@@ -25,7 +26,6 @@ from pathlib import Path
 
 import nbconvert
 import psutil
-import websockets.sync.client
 
 BIN = Path(sys.executable).parent
 # Jupyter's data (nbconvert's templates, which formgrader and feedback use) beside the packages: the prefix they were
@@ -46,8 +46,8 @@ def why_not():
     if missing:
         return (f"{', '.join(missing)} not found (the proxy: npm install -g configurable-http-proxy; the browser: "
                 f"apt-get install chromium; .ci/run installs both as root)")
-    if not (BIN / "jupyterhub-singleuser").exists():
-        return f"jupyterhub is not installed in {BIN.parent} (pip install jupyterhub: the `test` extra)"
+    if not (BIN / "jupyterhub-singleuser").exists() or importlib.util.find_spec("websockets") is None:
+        return f"jupyterhub or websockets is not installed in {BIN.parent} (the `test` extra installs both)"
     return None
 
 
@@ -291,6 +291,7 @@ class Browser:
         port = active.read_text().split()[0]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as response:
             page = next(t for t in json.loads(response.read()) if t["type"] == "page")
+        import websockets.sync.client  # the test extra's; why_not() checks it is there
         self.socket = websockets.sync.client.connect(page["webSocketDebuggerUrl"], max_size=2**26)
         self.next_id = 0
 
