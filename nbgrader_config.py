@@ -23,6 +23,7 @@ from nbgrader.preprocessors import (
                                     SaveCells,
 )
 
+from autograder.course.config import load_course
 from autograder.integrations.nbgrader_export import CourseExportPlugin
 from autograder.integrations.nbgrader_grades import SaveGrades
 from autograder.integrations.nbgrader_late import CourseLatePenalty
@@ -51,6 +52,13 @@ c.CourseDirectory.submitted_directory = os.path.join(state, "submitted")
 c.CourseDirectory.autograded_directory = os.path.join(state, "autograded")
 c.CourseDirectory.feedback_directory = os.path.join(state, "feedback")
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(state, "gradebook.db")
+# The exchange on a JupyterHub (course.yaml's `exchange`, docs/HUB.md): release, collect and the feedback commands
+# find this course in `<root>/<course_id>`; the students' servers name the course in the path they fetch to
+# (`<course_id>/<assignment>/`, path_includes_course), so two courses' assignments of one name never meet.
+exchange = load_course(os.path.join(here, "course.yaml")).exchange
+c.CourseDirectory.course_id = exchange.course_id
+c.Exchange.root = exchange.root
+c.Exchange.path_includes_course = True
 c.IncludeHeaderFooter.header = ""
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 

@@ -22,7 +22,8 @@ from autograder.notebooks.examples import release_notebook, solved_sources, with
 pytestmark = pytest.mark.grading
 COURSE = load_course()
 CONFIG = """
-exec(open({repo_config!r}).read())
+course_config = {repo_config!r}  # run with its own __file__, as nbgrader runs it: it reads course.yaml beside it
+exec(compile(open(course_config).read(), course_config, "exec"), {{**globals(), "__file__": course_config}})
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from autograder.course.exchange import Exchange
 from autograder.course.oracles import oracle_problem
 from autograder.course.report_settings import Similarity, Statistics
 from autograder.errors import ConfigError
@@ -184,8 +185,7 @@ class Experiment(Strict):
 
 
 class LatePolicy(Strict):
-    """How lateness cuts a score (course.yaml `late:`; an assignment's own `late:` replaces the keys it names).
-    autograder/course/lateness.py applies it whenever a grade is read, never while grading."""
+    """course.yaml `late:` (an assignment's own replaces the keys it names), applied when a grade is read."""
     grace_minutes: float = Field(0, ge=0)                 # on time up to this long after the due time
     percent_per_day: float = Field(0, ge=0, le=100)       # off the raw score per started day after the due time
     floor_percent: float = Field(0, ge=0, le=100)         # a late submission keeps at least this share of its raw score
@@ -218,8 +218,7 @@ def aware(value: Any) -> Any:
 
 
 class Written(Strict):
-    """A written answer (a manually graded markdown cell, `answer_*`): its points, and the rubric TAs see beside it
-    in formgrader."""
+    """A written answer (a markdown cell `answer_*` graded by hand): its points and the rubric TAs see in formgrader."""
     points: float = Field(ge=0)
     rubric: str = ""
 
@@ -338,6 +337,7 @@ class Course(Strict):
     dependencies: Dependencies = "independent"  # an assignment or an experiment may say otherwise
     limits: Limits = Limits()
     late: LatePolicy = Field(LatePolicy(), exclude=True)  # applied when a grade is read (course/lateness.py)
+    exchange: Exchange = Field(Exchange(), exclude=True)  # nbgrader's exchange on a hub: no part of a grading
     experiments: Budgets = Budgets()
     gradescope: Gradescope = Gradescope()
     # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)

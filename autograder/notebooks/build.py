@@ -213,7 +213,8 @@ def execute(path, timeout=900, allow_errors=False, env=None):
 # its folders moved into the scratch folder; the gradebook is the course's (registered for autograde) or a
 # scratch one when the release goes elsewhere (a test's or the demo's copy).
 NBGRADER_CONFIG = """
-exec(open({repo_config!r}).read())
+course_config = {repo_config!r}  # run as nbgrader runs it, with its own __file__: it reads course.yaml beside it
+exec(compile(open(course_config).read(), course_config, "exec"), {{**globals(), "__file__": course_config}})
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
@@ -297,7 +298,7 @@ def set_due_dates(aids, db_url):
 
     from nbgrader.api import Gradebook
     course = load_course()
-    with Gradebook(db_url) as gb:
+    with Gradebook(db_url, course.exchange.course_id) as gb:  # the course id nbgrader's own commands give it
         for aid in aids:
             due = course.assignment(aid).due
             gb.update_or_create_assignment(aid, duedate=due.astimezone(UTC).replace(tzinfo=None) if due else None)

@@ -136,7 +136,9 @@ def build_root(lib, cfg):
     for alias in ("/var/tmp", "/dev/shm"):
         bind(lib, root + "/tmp", root + alias, writable=True)
     os.makedirs(root + HOME, mode=0o700)
-    os.chown(root + HOME, cfg["uid"], cfg["uid"])
+    # a fresh uid's group is its own number; the grader's own uid (userns) keeps its group, the only gid its user
+    # namespace maps (a hub's user made with a group of another number: EINVAL otherwise)
+    os.chown(root + HOME, cfg["uid"], cfg["uid"] if cfg["uid"] != os.getuid() else os.getgid())
     # Last, so that an environment under /tmp, /var/tmp or /dev/shm (a clone in /tmp) sits on top of the tmpfs,
     # not under it: its mount points are empty folders in the tmpfs, read-only mounts over them
     for path in python_dirs():
