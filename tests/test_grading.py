@@ -21,6 +21,24 @@ def write(nb, path):
 
 
 @pytest.mark.parametrize("aid", AIDS)
+def test_the_reference_solution_scores_full_marks(graded_solutions, aid):
+    result = graded_solutions[aid]
+    lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]
+    assert not lost, "\n".join(lost)
+    assert result["max_score"] == COURSE.assignment(aid).total_points
+    assert result["score"] == result["max_score"]
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_untouched_release_scores_zero_with_a_reason_per_item(tmp_path, aid):
+    result = grade_notebook(write(release_notebook(aid), tmp_path / f"{aid}.ipynb"), aid, device="cpu")
+    assert result["score"] == 0
+    assert result["max_score"] == COURSE.assignment(aid).total_points
+    for t in result["tests"]:
+        assert "not implemented" in t["output"] or "not run" in t["output"], t
+
+
+@pytest.mark.parametrize("aid", AIDS)
 def test_every_item_has_planted_mistakes_and_a_correct_alternative(aid):
     """The rules of a planted file are `course check --planted`'s (grading/planted.py RULES), in its words."""
     module = planted_module(aid)
