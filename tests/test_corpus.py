@@ -169,10 +169,9 @@ def oracle_without_mask(expr, at_load=""):
 BUILT = "getattr(F, 'scaled_dot_' + 'product_attention')"  # no oracle name in the code: the static scan sees nothing
 FROM_SCRATCH = r"uses scaled_dot_product_attention; this item is written from scratch"
 WRONG_SDPA = ("/ math.sqrt(d_k)", "")
-# values and gradients, as course.yaml scores them (the all-blocked row, beyond the lecture, is the properties point:
-# the scale is no matter there); manual_multihead, which calls the same attention, loses nothing: it is graded again
-# with the reference scaled_dot_product_attention standing in (dependencies: independent), so a mistake costs points
-# once
+# values and gradients, as course.yaml scores them (read there: a change of the item's points moves this with it);
+# manual_multihead, which calls the same attention, loses nothing: it is graded again with the reference
+# scaled_dot_product_attention standing in (dependencies: independent), so a mistake costs points once
 SDPA_POINTS = load_course().assignment(AID).items[SDPA].points
 WRONG_LOST = {SDPA: SDPA_POINTS["values"] + SDPA_POINTS["gradients"], "manual_multihead": 0}
 SOLUTIONS = ROOT / "solutions" / f"{AID}.py"
