@@ -189,8 +189,8 @@ def has_curve(aid, exp):
 
 
 def curve_key(aid, exp, seed, device, data=None):
-    """The cache key of the reference's curve: everything that changes it. `data`: the data source as named where
-    the curve will be read (the Gradescope zip's MNIST folder), when not this process's (data_source_of)."""
+    """The cache key of the reference's curve: everything that changes it. `data`: the data source where the curve
+    will be read (the Gradescope zip's), when not this process's (data_source_of)."""
     return experiment_key({"reference curve": exp.name, "code": experiment_code(aid),
                            "solutions": solution_fingerprint(aid), "cfg": exp.run_cfg, "seed": seed, "device": device,
                            "libraries": curve_libraries(), "data": data_source_of(aid) if data is None else data,
