@@ -65,6 +65,10 @@ def test_course_yaml_names_the_shared_folder_relative_to_itself_and_the_setting_
     monkeypatch.setenv("COURSE_CACHE_DIR", str(courses.shared))
     assert shared_folder() == courses.shared
 
+    from autograder.integrations.gradescope import zip_course_yaml  # a container's cache is its own
+    zipped = yaml.safe_load(zip_course_yaml(load_course(courses.a / "course.yaml"), LAB14))
+    assert "cache_dir" not in zipped and list(zipped["assignments"]) == [LAB14]
+
 
 def test_a_shared_folder_that_cannot_be_written_costs_nothing_the_course_keeps_the_run(courses, monkeypatch, capfd):
     """A file where the shared folder should be (no folder can be made there, for root too): the run is stored in
