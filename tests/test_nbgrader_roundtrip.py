@@ -112,6 +112,28 @@ def autograded_outputs(root, aid, student):
             for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")}
 
 
+@pytest.fixture(scope="module")
+def generated_lab14(tmp_path_factory):
+    """lab14's nbgrader course after `nbgrader generate_assignment` (its release and gradebook), made once for this
+    module's tests: each autogrades in a copy of its own (copy_of), as a course generated anew would."""
+    root = tmp_path_factory.mktemp("generated") / "course"
+    (root / "source").mkdir(parents=True)
+    shutil.copytree(ROOT / "assignments" / "lab14_transformers", root / "source" / "lab14_transformers")
+    copy_of(root, root)
+    proc = run_nbgrader(["generate_assignment", "lab14_transformers", "--force"], root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+def copy_of(generated, root):
+    """The generated course copied to `root`, its nbgrader_config.py naming `root` (its folders, its gradebook)."""
+    if root != generated:
+        shutil.copytree(generated, root)
+    (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
+                                                           root=str(root)))
+    return root
+
+
 # `nbgrader` as a TA runs it, then which modules its process had loaded (the workers grade: it only dispatches).
 NBGRADER_PROBE = r'''
 import atexit, json, sys
@@ -123,7 +145,8 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by_one(tmp_path, graded_solutions):
+def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by_one(tmp_path, graded_solutions,
+                                                                                     generated_lab14):
     """`nbgrader autograde` grades the class at once (CourseAutograde.workers, or CourseAutograde.scheduler: a
     running Dask cluster) and writes what one-by-one writes: the same scores, the same test-cell outputs; a student
     it cannot grade is reported by all, and costs no other. On this machine's workers nbgrader's own process imports
@@ -143,12 +166,7 @@ def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by
             1: ["--CourseAutograde.workers=1"]}
     try:
         for workers, option in runs.items():
-            root = roots[workers] = tmp_path / f"course{workers}"
-            (root / "source").mkdir(parents=True)
-            shutil.copytree(ROOT / "assignments" / aid, root / "source" / aid)
-            (root / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
-                                                                   root=str(root)))
-            assert run_nbgrader(["generate_assignment", aid, "--force"], root).returncode == 0
+            root = roots[workers] = copy_of(generated_lab14, tmp_path / f"course{workers}")
             for student, nb in {"alice": with_cells(release_notebook(aid), solved_sources(aid)),
                                 "bob": release_notebook(aid), "carol": half}.items():
                 (root / "submitted" / student / aid).mkdir(parents=True)
@@ -183,29 +201,25 @@ def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by
                 (parallel, student)
 
 
-def test_autograde_on_a_cluster_that_does_not_answer_is_one_line_and_scores_nobody(tmp_path):
+def test_autograde_on_a_cluster_that_does_not_answer_is_one_line_and_scores_nobody(tmp_path, generated_lab14):
     """`--CourseAutograde.scheduler` naming a cluster nobody runs: nbgrader stops with the one line naming it, no
     traceback, no autograded notebook left (the collecting walk's copies removed) and no grade in the gradebook."""
     import os
     import subprocess
     import sys
     aid = "lab14_transformers"
-    (tmp_path / "source").mkdir()
-    shutil.copytree(ROOT / "assignments" / aid, tmp_path / "source" / aid)
-    (tmp_path / "nbgrader_config.py").write_text(CONFIG.format(repo_config=str(ROOT / "nbgrader_config.py"),
-                                                                root=str(tmp_path)))
-    assert run_nbgrader(["generate_assignment", aid, "--force"], tmp_path).returncode == 0
+    root = copy_of(generated_lab14, tmp_path / "course")
     for student in ("alice", "bob"):
-        (tmp_path / "submitted" / student / aid).mkdir(parents=True)
+        (root / "submitted" / student / aid).mkdir(parents=True)
         nbformat.write(with_cells(release_notebook(aid), solved_sources(aid)),
-                       tmp_path / "submitted" / student / aid / f"{aid}.ipynb")
+                       root / "submitted" / student / aid / f"{aid}.ipynb")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
     proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", aid,
-                           "--CourseAutograde.scheduler=tcp://127.0.0.1:9"], cwd=tmp_path, env=env,
+                           "--CourseAutograde.scheduler=tcp://127.0.0.1:9"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "the Dask scheduler at tcp://127.0.0.1:9 did not answer" in log, log[-3000:]
     assert "Traceback" not in log and "pre-graded result taken" not in log, log[-3000:]
-    assert not list((tmp_path / "autograded").rglob("*.ipynb")), "a notebook was autograded"
-    assert not any(gradebook_scores(tmp_path, aid).values()), gradebook_scores(tmp_path, aid)
+    assert not list((root / "autograded").rglob("*.ipynb")), "a notebook was autograded"
+    assert not any(gradebook_scores(root, aid).values()), gradebook_scores(root, aid)

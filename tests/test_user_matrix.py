@@ -156,10 +156,16 @@ def test_course_grade_a_folder_rerun_csv_a_notebook_the_pytest_command_and_repor
 
 @pytest.mark.slow
 @pytest.mark.parametrize("aid", MATRIX)
-def test_export_gradescope_and_otter_run(tmp_path, capsys, aid):
+def test_export_gradescope_and_otter_run(tmp_path, capsys, monkeypatch, aid):
     """The zip holds the assignment's suite, harness, release and course.yaml, and MNIST where it reads it (w8l1
     alone); `otter run` on the untouched release gives one visible test per check of course.yaml, each with no
-    points."""
+    points.
+
+    Under a test-only course.yaml with the assignment's experiments cut to SHORT_STEPS on their first seed: the
+    export ships the reference's curves, which it trains for every seed the graded solution did not reach (two
+    full-budget trainings on w8l4, a minute), and what is in them is checked in tests/test_gradescope_curves.py."""
+    short = short_course(tmp_path, {(aid, name) for name in COURSE.assignment(aid).experiments})
+    monkeypatch.setenv("COURSE_CONFIG", str(short))
     zip_path = tmp_path / "autograder.zip"
     code, out, err = course(capsys, "export", "gradescope", aid, "-o", zip_path, "--device", "cpu")
     assert code == 0, out + err
@@ -167,7 +173,7 @@ def test_export_gradescope_and_otter_run(tmp_path, capsys, aid):
         names = set(zf.namelist())
         exported = yaml.safe_load(zf.read("course/course.yaml"))
         assert zf.read(f"course/release/{aid}/{aid}.ipynb") == (ROOT / "release" / aid / f"{aid}.ipynb").read_bytes()
-    assert exported["assignments"][aid] == yaml.safe_load(COURSE.path.read_text())["assignments"][aid]
+    assert exported["assignments"][aid] == yaml.safe_load(short.read_text())["assignments"][aid]  # the one in effect
     for needed in (f"autograder/suites/test_{aid}.py", f"autograder/harness/{aid}.py", f"solutions/{aid}.py"):
         assert f"course/{needed}" in names, needed
     reads_mnist = "load_mnist" in (ROOT / "autograder" / "harness" / f"{aid}.py").read_text()
@@ -180,6 +186,7 @@ def test_export_gradescope_and_otter_run(tmp_path, capsys, aid):
     empty.parent.mkdir()
     nbformat.write(release_notebook(aid), empty)
     (tmp_path / "out").mkdir()
+    monkeypatch.delenv("COURSE_CONFIG")  # `otter run` grades with the zip's own course.yaml, as Gradescope does
     run = subprocess.run([str(OTTER), "run", "-a", str(zip_path), "-o", str(tmp_path / "out"), str(empty)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -127,19 +127,20 @@ def dependents(aid):
 
 
 def packed(aid, variants):
-    """[(item, name, variant)] packed into rounds whose items neither share nor feed each other's dependents, so that
-    one grading judges a round's variants each on its own item."""
+    """[(item, name, variant)] packed into rounds in which no item uses another (directly or through others), one
+    variant per item, so that one grading judges a round's variants each on its own item: an item's checks run
+    only its own code and what it uses. Two items may share a dependent (attention and positional_encoding both
+    feed Transformer): the dependent is in both their reaches, whose scores no round judges."""
     deps = dependents(aid)
     pending, out = list(variants), []
     while pending:
-        taken, reach, rest = [], set(), []
+        taken: list = []
+        rest = []
         for item, name, v in pending:
-            mine = {item} | deps[item]
-            if mine & reach or any(item == t[0] for t in taken):
+            if any(item == other or item in deps[other] or other in deps[item] for other, _, _ in taken):
                 rest.append((item, name, v))
             else:
                 taken.append((item, name, v))
-                reach |= mine
         out.append(taken)
         pending = rest
     return out

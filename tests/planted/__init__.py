@@ -52,5 +52,5 @@ def planted(aid):
 
 
 def rounds(aid):
-    """Planted wrong variants packed into rounds whose items neither share nor feed each other's dependents."""
+    """Planted wrong variants packed into rounds in which no item uses another (grading/planted.py packed)."""
     return packed(aid, [(item, name, v) for item, spec in planted(aid).items() for name, v in spec["wrong"].items()])
