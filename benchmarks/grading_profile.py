@@ -17,7 +17,11 @@ shared with other work still gives the figures:
 - `unattributed` is the cgroup's total less every counted phase: the monitors, the sandboxes' last instants, the
   zygote's forks after its last read.
 
-    python benchmarks/grading_profile.py [ID ...] [--cprofile N] [--no-warm-up] [--json FILE]
+    python benchmarks/grading_profile.py [ID ...] [--cprofile N] [--no-warm-up] [--json FILE] [--root DIR]
+
+--root DIR profiles the grader of another checkout (an old commit's `git worktree add --detach`), its own release
+and solutions, with this script's timers: what a phase was called there and no longer exists is left untimed
+(at 95d4ef2: the grader identity's module and the results store, charged to the grading around them).
 
 --cprofile N also prints the grader process's N costliest functions (cProfile, the main thread: it slows what it
 measures, so its run is a separate one and its seconds are not the table's).
@@ -113,14 +117,25 @@ def test_phase(item):
 
 def instrument(ledger):
     """Wrap the grader's phases (module doc) in this process: nothing of the grader changes but these timers."""
+    import importlib
+
     import pytest
 
-    from autograder.batch import identity, results, run
+    from autograder.batch import run
     from autograder.grading import ahead
     from autograder.sandbox import grader_side
 
+    def module(name):  # None where an older checkout (--root) has no such module
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            return None
+    identity, results = module("autograder.batch.identity"), module("autograder.batch.results")
+
     def wrapped(owner, name, phase):
-        original = getattr(owner, name)
+        original = getattr(owner, name, None)
+        if original is None:  # an older checkout's grader (--root): the phase is charged to the one around it
+            return
 
         def timed(*args, **kwargs):
             with ledger.phase(phase):
@@ -141,11 +156,13 @@ def instrument(ledger):
         return out
     original_grade_one = run.grade_one
     run.grade_one = grade_one
-    wrapped(identity, "grader_parts", "identity: grader_parts (hashing the grader)")
+    wrapped(identity or run, "grader_parts" if identity else "grader_identity",
+            "identity: grader_parts (hashing the grader)")
     wrapped(run, "file_digest", "identity: the notebook's sha256")
-    wrapped(results.Entry, "without_grading", "results folder: the saved result read")
-    wrapped(results.Entry, "store", "results folder: the result stored")
-    wrapped(run, "grade_submission", "session: pytest's collection, setup and teardown")
+    wrapped(getattr(results, "Entry", None), "without_grading", "results folder: the saved result read")
+    wrapped(getattr(results, "Entry", None), "store", "results folder: the result stored")
+    wrapped(run, "grade_submission" if hasattr(run, "grade_submission") else "_grade",
+            "session: pytest's collection, setup and teardown")
 
     original_sandbox = ahead.Experiments.sandbox
 
@@ -233,8 +250,9 @@ def cgroup():
     return None
 
 
-def measured(aid, notebooks, results_dir, top=0):
-    """(the child's ledger, the cgroup's CPU-seconds or None, its stderr) of one profiled `course grade`."""
+def measured(aid, notebooks, results_dir, top=0, root=ROOT):
+    """(the child's ledger, the cgroup's CPU-seconds or None, its stderr) of one profiled `course grade` of the
+    checkout at `root` (its grader first on the path, the zygote's and sandboxes' too)."""
     out = Path(results_dir).parent / "ledger.json"
     group = cgroup()
 
@@ -244,7 +262,9 @@ def measured(aid, notebooks, results_dir, top=0):
     argv = [sys.executable, __file__, "--child", *map(str, notebooks), "-a", aid, "--workers", "1", "--results-dir",
             str(results_dir), str(out), str(top)]
     env = {k: v for k, v in os.environ.items() if k != "COURSE_NO_CACHE"}
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, preexec_fn=join)
+    if Path(root) != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, preexec_fn=join)
     total = None
     if group is not None:
         total = group[2](group[0])
@@ -312,8 +332,12 @@ def main():
     parser.add_argument("--no-warm-up", action="store_true",
                         help="the reference's curves are in the cache already (an earlier run's warm-up)")
     parser.add_argument("--json", help="also append each assignment's ledger to this file, a JSON line each")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="the checkout whose grader, release and solutions to profile (default: this one)")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
+    root = args.root.resolve()
+    sys.path.insert(0, str(root))
+    os.chdir(root)  # its course.yaml, release and solutions (config.course_root: the working folder's course)
     from autograder.course.config import load_course
     summary = []
     for aid in args.ids or list(load_course().assignments):
@@ -321,16 +345,16 @@ def main():
             tmp = Path(tmp)
             if not args.no_warm_up:  # the reference's curves into the cache
                 warm_up = write_submission(tmp / "warm-up", aid, "warm-up")
-                measured(aid, [warm_up], tmp / "warm-up" / "results")
+                measured(aid, [warm_up], tmp / "warm-up" / "results", root=root)
             notebooks = [write_submission(tmp / "run", aid, tag) for tag in ("release", "complete")]
-            ledger, total = measured(aid, notebooks, tmp / "run" / "results")[:2]
+            ledger, total = measured(aid, notebooks, tmp / "run" / "results", root=root)[:2]
             summary.append((aid, *report(aid, ledger, total)))
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps({"assignment": aid, "ledger": ledger, "total": total}) + "\n")
             if args.cprofile:
                 again = [write_submission(tmp / "profiled", aid, tag) for tag in ("release", "complete")]
-                print(measured(aid, again, tmp / "profiled" / "results", args.cprofile)[2][-20000:])
+                print(measured(aid, again, tmp / "profiled" / "results", args.cprofile, root)[2][-20000:])
     print("\n| assignment | one warm grading, CPU-s (counted) | the command's total, CPU-s (cgroup) |\n|---|---|---|")
     for aid, warm, total in summary:
         print(f"| {aid} | {warm:.1f} | {'n/a' if total is None else f'{total:.1f}'} |")
