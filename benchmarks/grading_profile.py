@@ -62,7 +62,10 @@ class Ledger:
         self.stack, self.submission = [START], ""
         self.last = time.process_time()
         self.sandboxes = {}  # id(Sandbox) -> [pid, CPU read last, experiment?]
-        self.experiment_sandboxes = set()
+        self.experiment_sandboxes = {}  # id(Sandbox) -> its experiment's name
+        self.naming = ""  # the experiment whose run is being started (ahead.Experiments.start)
+        self.t0 = time.monotonic()
+        self.trainings = []  # per experiment run: [submission, name, CPU-s of its sandbox, wall from, wall to]
         self.scores = {}  # submission -> [score, max_score, the tests that lost points]
 
     def charge(self, phase, grader=0.0, sandbox=0.0):
@@ -164,14 +167,19 @@ def instrument(ledger):
     wrapped(run, "grade_submission" if hasattr(run, "grade_submission") else "_grade",
             "session: pytest's collection, setup and teardown")
 
-    original_sandbox = ahead.Experiments.sandbox
+    original_sandbox, original_run_start = ahead.Experiments.sandbox, ahead.Experiments.start
 
     def experiment_sandbox(self):
         sandbox = original_sandbox(self)
         if sandbox is not None:
-            ledger.experiment_sandboxes.add(id(sandbox))
+            ledger.experiment_sandboxes[id(sandbox)] = ledger.naming
         return sandbox
     ahead.Experiments.sandbox = experiment_sandbox
+
+    def run_start(self, exp, why):  # its sandbox is made in this call, in this thread
+        ledger.naming = exp.name
+        return original_run_start(self, exp, why)
+    ahead.Experiments.start = run_start
 
     original_start, original_kill = grader_side.Sandbox.start, grader_side.Sandbox.kill
 
@@ -184,6 +192,9 @@ def instrument(ledger):
                 original_start(self)
         cpu = pid_cpu(self.proc) or 0.0
         ledger.sandboxes[id(self)] = [self.proc, cpu, experiment]
+        if experiment:
+            ledger.trainings.append([ledger.submission, ledger.experiment_sandboxes[id(self)], -cpu,
+                                     time.monotonic() - ledger.t0, None])
         ledger.charge("experiments: the notebook run in each experiment's sandbox" if experiment else
                       "notebook execution: the checks' sandbox started, the cells run", sandbox=cpu)
 
@@ -192,6 +203,10 @@ def instrument(ledger):
         if entry is not None and entry[0] == self.proc:
             ledger.read_sandbox(entry, "experiments: the student's training (its sandbox)" if entry[2] else
                                 ledger.stack[-1])
+            if entry[2]:
+                run = next(r for r in reversed(ledger.trainings) if r[1] == ledger.experiment_sandboxes[id(self)])
+                run[2] += entry[1]
+                run[4] = time.monotonic() - ledger.t0
         return original_kill(self)
     grader_side.Sandbox.start, grader_side.Sandbox.kill = start, kill
 
@@ -229,6 +244,7 @@ def child(argv):
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(int(top))
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(int(top))
     Path(out).write_text(json.dumps({"code": code, "charges": ledger.charges, "zygote": zygote, "scores": ledger.scores,
+                                     "trainings": ledger.trainings,
                                      "grader": time.process_time()}))
     sys.stdout.flush()
     os._exit(0 if code in (0, 1) else code)
@@ -309,6 +325,10 @@ def report(aid, ledger, total):
         g, s = complete.get(phase, [0.0, 0.0])
         fg, fs = release.get(phase, [0.0, 0.0])
         print(f"  {phase:<76}{g:>13.2f}{s:>9.2f}{fg:>15.2f}{fs:>9.2f}")
+    for submission, name, cpu, start, end in ledger.get("trainings", []):
+        if submission == "complete":
+            print(f"  of which {name}'s sandbox (its notebook, its training): {cpu:.2f} CPU-s, wall +{start:.1f} s to "
+                  f"+{'?' if end is None else f'{end:.1f}'} s of the command")
     warm = sum(g + s for g, s in complete.values())
     outside = charges.get("", {})
     first = sum(g + s for g, s in release.values())
