@@ -97,14 +97,15 @@ def frozen_sources():
     return sources
 
 
-def fresh_checkout(folder, shipped=True):
-    """The environment of a `course grade` in a course folder as a fresh clone has it: course.yaml, the release, the
-    data and (`shipped`) the committed reference curves (.grader/curves), no training cache of the course's or the
-    user's."""
-    folder = Path(folder)
+def fresh_checkout(folder, shipped=True, root=ROOT):
+    """The environment of a `course grade` in a course folder as a fresh clone of `root` has it: course.yaml, the
+    release, the data and (`shipped`) the committed reference curves (.grader/curves), no training cache of the
+    course's or the user's."""
+    folder, root = Path(folder), Path(root)
     for name in ("course.yaml", "release", "data", *([".grader/curves"] if shipped else [])):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, folder / name)
+        if (root / name).exists():
+            (shutil.copytree if (root / name).is_dir() else shutil.copy)(root / name, folder / name)
     return {**ENV, "COURSE_ROOT": str(folder), "XDG_CACHE_HOME": str(folder / "user-cache")}
 
 

@@ -18,10 +18,15 @@ shared with other work still gives the figures:
   zygote's forks after its last read.
 
     python benchmarks/grading_profile.py [ID ...] [--cprofile N] [--no-warm-up] [--json FILE] [--root DIR]
+                                         [--fresh [--untrained]]
 
 --root DIR profiles the grader of another checkout (an old commit's `git worktree add --detach`), its own release
 and solutions, with this script's timers: what a phase was called there and no longer exists is left untimed
 (at 95d4ef2: the grader identity's module and the results store, charged to the grading around them).
+
+--fresh profiles the first grading of a fresh checkout instead: the complete submission alone (no warm-up, no
+release first) in a copy of the course with no training cache (class_speed.py's fresh_checkout), reading the
+committed reference curves (.grader/curves), or with --untrained none of them, so that it trains them first.
 
 --cprofile N also prints the grader process's N costliest functions (cProfile, the main thread: it slows what it
 measures, so its run is a separate one and its seconds are not the table's).
@@ -354,6 +359,10 @@ def main():
     parser.add_argument("--json", help="also append each assignment's ledger to this file, a JSON line each")
     parser.add_argument("--root", type=Path, default=ROOT,
                         help="the checkout whose grader, release and solutions to profile (default: this one)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="the first grading of a fresh checkout: the complete submission alone, no cache but the "
+                             "committed curves")
+    parser.add_argument("--untrained", action="store_true", help="with --fresh: without the committed curves")
     args = parser.parse_args()
     root = args.root.resolve()
     sys.path.insert(0, str(root))
@@ -363,10 +372,15 @@ def main():
     for aid in args.ids or list(load_course().assignments):
         with tempfile.TemporaryDirectory(prefix="grading-profile-") as tmp:
             tmp = Path(tmp)
-            if not args.no_warm_up:  # the reference's curves into the cache
+            if args.fresh:  # the measured process's course: a fresh checkout's
+                from class_speed import fresh_checkout
+                env = fresh_checkout(tmp / "checkout", shipped=not args.untrained, root=root)
+                os.environ.update(COURSE_ROOT=env["COURSE_ROOT"], XDG_CACHE_HOME=env["XDG_CACHE_HOME"])
+            elif not args.no_warm_up:  # the reference's curves into the cache
                 warm_up = write_submission(tmp / "warm-up", aid, "warm-up")
                 measured(aid, [warm_up], tmp / "warm-up" / "results", root=root)
-            notebooks = [write_submission(tmp / "run", aid, tag) for tag in ("release", "complete")]
+            tags = ("complete",) if args.fresh else ("release", "complete")
+            notebooks = [write_submission(tmp / "run", aid, tag) for tag in tags]
             ledger, total = measured(aid, notebooks, tmp / "run" / "results", root=root)[:2]
             summary.append((aid, *report(aid, ledger, total)))
             if args.json:
