@@ -9,7 +9,7 @@ import pytest
 from autograder.apps.curves import INDEX, current_curves, read_index
 from autograder.course.config import ROOT, load_course
 from autograder.grading import experiments
-from autograder.grading.cache import SHIPPED
+from autograder.grading.cache import PACKAGE, SHIPPED
 
 FOLDER = ROOT / SHIPPED
 
@@ -65,3 +65,31 @@ def test_a_fresh_checkout_reads_the_committed_curve_and_trains_no_reference(tmp_
         committed = json.loads((course / SHIPPED / f"{key}.json").read_text())
         assert committed and experiments.reference_curve(aid, exp, seed, "cpu") == committed
     assert not (course / ".grader" / "cache").exists() or not any((course / ".grader" / "cache").glob("*.json"))
+
+
+def test_a_curves_key_follows_the_code_that_trains_the_reference_not_the_sandboxs(tmp_path):
+    """The reference's curve trains in the grader's process: an edit of the sandbox (the student's side included) or
+    of course.yaml's parsing keeps every curve's key, so the committed curves stay current; an edit of the harness or
+    of the code that trains it (experiments.CURVE_CODE) changes them."""
+    package = tmp_path / "autograder"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    course = load_course()
+    experiments_with_curves = [(aid, exp) for aid, assignment in course.assignments.items()
+                               for exp in assignment.experiments.values() if experiments.has_curve(aid, exp)]
+
+    def keys():
+        return [experiments.curve_key(aid, exp, 0, "cpu", package=package) for aid, exp in experiments_with_curves]
+    base = keys()
+    assert len(base) >= 4
+    assert base == [experiments.curve_key(aid, exp, 0, "cpu") for aid, exp in experiments_with_curves]  # the copy
+    for name in ("sandbox/grader_side.py", "sandbox/child/server.py", "course/config.py", "grading/shared_runs.py"):
+        (package / name).write_text((package / name).read_text() + "\nEDITED = 1\n")
+    assert keys() == base
+    (package / "grading" / "experiments.py").write_text((package / "grading" / "experiments.py").read_text()
+                                                        + "\nEDITED = 1\n")
+    after = keys()
+    assert all(a != b for a, b in zip(after, base, strict=True))
+    (package / "harness" / "lab14_transformers.py").write_text(
+        (package / "harness" / "lab14_transformers.py").read_text() + "\nEDITED = 1\n")
+    assert [a != b for a, b in zip(keys(), after, strict=True)] == [aid == "lab14_transformers"
+                                                                    for aid, _ in experiments_with_curves]

@@ -193,11 +193,12 @@ def has_curve(aid, exp):
     return exp.graded and validates_against_marks(harness(aid).EXPERIMENTS[exp.name])
 
 
-def curve_key(aid, exp, seed, device, data=None):
+def curve_key(aid, exp, seed, device, data=None, package=PACKAGE):
     """The cache key of the reference's curve: everything that changes it. `data`: the data source as named where
-    the curve will be read (the Gradescope zip's MNIST folder), when not this process's (data_source_of)."""
-    return experiment_key({"reference curve": exp.name,
-                           "code": {"grader": code_digest(CURVE_CODE), "harness": harness_digest(aid)},
+    the curve will be read (the Gradescope zip's MNIST folder), when not this process's (data_source_of);
+    `package`: the grader's folder whose code counts (tests pass a copy)."""
+    code = {"grader": code_digest(CURVE_CODE, package), "harness": harness_digest(aid, package)}
+    return experiment_key({"reference curve": exp.name, "code": code,
                            "solutions": solution_fingerprint(aid), "cfg": exp.run_cfg, "seed": seed, "device": device,
                            "libraries": curve_libraries(), "data": data_source_of(aid) if data is None else data,
                            "threads": CURVE_THREADS})
