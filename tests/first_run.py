@@ -71,10 +71,7 @@ def course_as_user(clone, home, *args, program=(str(COURSE),), env=None, timeout
     /root: the command runs in a private mount namespace where /root is an empty tmpfs with only the Python
     installation bound back (nothing on the machine changes). `program`: what runs `course` (a wrapper script)."""
     pyenv = Path(os.path.realpath(sys.executable)).parents[3]  # /root/.pyenv/versions/3.11.7/bin/python3.11
-    closed = closed_folder([Path(sys.executable).parent, Path(clone)], pyenv)
-    if closed:
-        raise AssertionError(f"the ordinary user {USER} cannot run the course here: {closed}. Clone the repository "
-                             "where every user may enter each folder above it (not under mktemp -d or a 0700 home)")
+    require_open([Path(sys.executable).parent, Path(clone)], pyenv, USER)
     stage = Path(tempfile.mkdtemp(dir=home.parent))
     mounts = (f"mount --bind {pyenv} {stage} && mount -t tmpfs -o mode=0755 tmpfs /root && mkdir -p {pyenv} && "
               f"mount --move {stage} {pyenv} && exec runuser -u {USER} -- \"$@\"")
@@ -100,6 +97,14 @@ def closed_folder(paths, pyenv):
             if not mode & 0o001:
                 return f"{folder} is mode {oct(mode & 0o777)}, so others cannot enter it (it needs o+x)"
     return None
+
+
+def require_open(paths, pyenv, user):
+    """Fail at once, naming the folder and its mode, where `user` could not reach `paths` (closed_folder)."""
+    closed = closed_folder(paths, pyenv)
+    if closed:
+        raise AssertionError(f"the ordinary user {user} cannot run the course here: {closed}. Clone the repository "
+                             "where every user may enter each folder above it (not under mktemp -d or a 0700 home)")
 
 
 def user_home(folder, uid):

@@ -1,6 +1,7 @@
 """The Gradescope zip ships the reference's validation curves: a fresh container per submission trains no
 reference (autograder/integrations/gradescope.py reference_curves, grading/cache.py's read-only layer)."""
 import json
+import os
 import zipfile
 
 import nbformat
@@ -10,7 +11,7 @@ import yaml
 from autograder.course.config import load_course
 from autograder.grading import experiments
 from autograder.grading.cache import SHIPPED
-from autograder.integrations.gradescope import COURSE_DIR, GRADESCOPE_ROOT, ZIP_MNIST, export_gradescope
+from autograder.integrations.gradescope import COURSE_DIR, ZIP_MNIST, export_gradescope
 from autograder.integrations.otter_plugin import run_autograder
 from autograder.notebooks.examples import examples
 
@@ -92,6 +93,7 @@ def test_a_grading_in_the_container_with_the_shipped_curves_and_an_empty_cache_t
     course = root / "source" / COURSE_DIR
     for name in ("COURSE_NO_CACHE", "COURSE_CONFIG"):  # the plugin names the zip's course.yaml itself
         monkeypatch.delenv(name)
+    monkeypatch.delenv("COURSE_CACHE_DIR", raising=False)  # a container has no shared cache (the test run's)
     monkeypatch.setenv("COURSE_ROOT", str(course))  # the course found in the zip's copy, as the container's install
     monkeypatch.setenv("HOME", str(root / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(root / "user-cache"))
@@ -113,23 +115,32 @@ def test_a_grading_in_the_container_with_the_shipped_curves_and_an_empty_cache_t
     assert not keys & cached
 
 
-def test_an_mnist_assignments_curves_are_keyed_with_the_data_source_the_container_names(tmp_path, monkeypatch):
-    """w8l1 reads MNIST, so its curves' keys name the data source: the zip's course files laid out in another
-    folder (as /autograder/source/course) name the same kind of source in their own copy, the key the export
-    predicts for the container."""
+def test_an_mnist_assignments_curves_are_keyed_by_the_datas_content_which_the_container_reads_too(tmp_path,
+                                                                                                  monkeypatch):
+    """w8l1 reads MNIST, so its curves' keys name the data: the zip's course files laid out in another folder (as
+    /autograder/source/course) give the key the export predicts, which is this checkout's (the files' content, not
+    their folder); the same files with one byte changed give another."""
     from autograder.grading.harness_files import data_source_of
     from autograder.integrations.gradescope import course_files, zip_data_source
     aid = "w8l1_attention_vision"
-    predicted, here = zip_data_source(aid, load_course()), data_source_of(aid)
+    predicted, here, folder = zip_data_source(aid, load_course()), data_source_of(aid), str(load_course().mnist_dir)
     container = tmp_path / "autograder" / "source"
     for name, data in course_files(aid):
         (container / name).parent.mkdir(parents=True, exist_ok=True)
         (container / name).write_bytes(data)
     monkeypatch.setenv("COURSE_CONFIG", str(container / COURSE_DIR / "course.yaml"))
     there = data_source_of(aid)
-    assert there.startswith("mnist ") and str(container / COURSE_DIR / ZIP_MNIST) in there, there
-    assert predicted == there.replace(str(tmp_path / "autograder"), GRADESCOPE_ROOT)
-    assert predicted != here  # this checkout's folder is not the container's
+    assert there.startswith("mnist test split "), there
+    assert predicted == there == here
+    assert folder not in here and str(container) not in there, (here, there)
+
+    labels = container / COURSE_DIR / ZIP_MNIST / "t10k-labels-idx1-ubyte.gz"
+    data = bytearray(labels.read_bytes())
+    data[-1] ^= 1
+    labels.write_bytes(bytes(data))
+    stat = labels.stat()  # a later file's time, as a replaced file has: the digests are memoized by it
+    os.utime(labels, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert data_source_of(aid).startswith("mnist test split ") and data_source_of(aid) != there
 
 
 def test_a_curve_is_keyed_by_library_releases_not_builds(monkeypatch):

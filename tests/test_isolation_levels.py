@@ -24,6 +24,7 @@ import pytest
 
 from autograder.course.config import ROOT
 from autograder.sandbox.grader_side import can_isolate
+from tests.first_run import require_open
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow,  # each starts a grader and its zygote: torch imported twice
               pytest.mark.skipif(not can_isolate(), reason="making the levels needs root")]
@@ -210,6 +211,7 @@ def as_user(uid, command, tmp, targets, wrap=(), env=None):
     env = {"PATH": os.environ["PATH"], "HOME": str(targets["homes"][uid]), "PYTHONPATH": str(ROOT), **(env or {})}
     if uid != 0:
         pyenv = Path(os.path.realpath(sys.executable)).parents[3]  # /root/.pyenv/versions/3.11.7/bin/python
+        require_open([Path(sys.executable).parent, ROOT, Path(tmp)], pyenv, f"uid {uid}")
         stage = Path(tempfile.mkdtemp(dir=tmp))
         mounts = (f"mount --bind {pyenv} {stage} && mount -t tmpfs -o mode=0755 tmpfs /root && "
                   f"mkdir -p {pyenv} && mount --move {stage} {pyenv} && exec setpriv --reuid={uid} "

@@ -10,10 +10,10 @@ Gradescope zip ships it. A checkout whose key differs (another torch release, an
 experiment) finds none of them and trains its own, as before: run this again and commit `.grader/curves` after
 such a change (docs/DEVELOPING.md); a test (tests/test_shipped_curves.py) says when they are behind.
 
-Curves on the CPU only: a GPU grader keys its own. An assignment whose data is a folder of this machine (MNIST's:
-data_source_of names its path) is keyed by that path, which no other checkout shares: its curves are not shipped.
-`index.json` beside them says which file is which (assignment, experiment, seed, libraries): read by people and by
-the test, never by grading.
+Curves on the CPU only: a GPU grader keys its own. MNIST's curves (w8l1) are keyed by the content of the files
+read (data_source_of), so a checkout reading the repository's data/mnist reads them; one that downloads MNIST, or
+reads another folder, keys its own. `index.json` beside them says which file is which (assignment, experiment,
+seed, libraries): read by people and by the test, never by grading.
 """
 import json
 from pathlib import Path
@@ -24,21 +24,12 @@ DEVICE = "cpu"
 INDEX = "index.json"
 
 
-def shippable(aid):
-    """'' when the assignment's curves can be shipped, else why not."""
-    from autograder.grading.harness_files import data_source_of
-    source = data_source_of(aid)
-    return "" if not source else f"its curves are keyed by this machine's data folder ({source})"
-
-
 def current_curves(ids=None):
     """{key: (assignment, experiment, seed)} of every curve a grading on the CPU here would read, for the
-    assignments `ids` (default all) whose curves can be shipped."""
+    assignments `ids` (default all)."""
     from autograder.grading.experiments import curve_key, has_curve
     course, out = load_course(), {}
     for aid in ids or course.assignments:
-        if shippable(aid):
-            continue
         for exp in course.assignment(aid).experiments.values():
             if has_curve(aid, exp):
                 for seed in exp.seeds:
@@ -53,10 +44,6 @@ def ship_curves(ids=None) -> int:
     from autograder.grading.experiments import curve_libraries, reference_curve
     course, folder = load_course(), course_root() / SHIPPED
     folder.mkdir(parents=True, exist_ok=True)
-    for aid in ids or course.assignments:
-        why = shippable(aid)
-        if why:
-            print(f"{aid}: not shipped: {why}")
     index = read_index(folder)
     wanted = current_curves(ids)
     for key, (aid, name, seed) in wanted.items():

@@ -346,6 +346,8 @@ class Course(Strict):
     assignments: dict[str, Assignment]
     # oracle name (an item's `from_scratch`) -> the dotted paths of the functions it stands for, watched in the sandbox
     oracles: dict[str, list[str]] = Field({}, validate_default=True)
+    # the experiment cache's shared folder (grading/cache.py shared_folder): where runs are kept, not what they are
+    cache_dir: str | None = Field(None, exclude=True)
     path: Path = ROOT / "course.yaml"
 
     @field_validator("oracles")

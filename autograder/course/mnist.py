@@ -157,9 +157,24 @@ _download_result: list[tuple[Split, Split] | None] = []
 def _torchvision_once() -> tuple[Split, Split] | None:
     """Try the download once per process: offline, every later call goes straight to the folder."""
     if not _download_result:
-        root = Path(os.environ.get("COURSE_MNIST_CACHE", Path.home() / ".cache" / "course-mnist"))
-        _download_result.append(_torchvision(root))
+        _download_result.append(_torchvision(download_root()))
     return _download_result[0]
+
+
+def download_root() -> Path:
+    """Where torchvision's download is kept ($COURSE_MNIST_CACHE)."""
+    return Path(os.environ.get("COURSE_MNIST_CACHE", Path.home() / ".cache" / "course-mnist"))
+
+
+def source_files(kind: str, folder: Path) -> list[Path]:
+    """The IDX files load_mnist reads for a source (data_source's kind and folder), in a fixed order: both splits'
+    for a folder or the download (torchvision keeps its files in MNIST/raw), the test split's alone for the test
+    split, none when missing."""
+    if kind == "download":
+        folder = download_root() / "MNIST" / "raw"
+    splits = {"idx": ("train", "test"), "download": ("train", "test"), "test split": ("test",)}.get(kind, ())
+    found = [_find(folder, stem) for split in splits for stem in SPLITS[split]]
+    return [path for path in found if path is not None]
 
 
 def _split_test_only(test: Split, folder: Path) -> tuple[Split, Split]:

@@ -2,12 +2,15 @@
 
 Thresholds are never cached, only what a run measured: they are judged again on every read, so editing
 course.yaml needs no cache flush. COURSE_NO_CACHE=1 turns it off, reading and writing (benchmarks, fresh
-measurements). A run is stored in the course's `.grader/cache` when the user can write there, else in the user's
-own cache folder (a TA who does not own the checkout, a read-only one); read from both, and from the course's
-`.grader/curves` (SHIPPED), which is read and never written: `course export gradescope` puts the reference's
-validation curves there, so that a fresh container per submission trains none. A cache that cannot be written
-costs the next run its training, never this run's result: cache_write says so and returns. Beside the runs, the
-folder's memo/ keeps each module's code fingerprint by its source's hash (FINGERPRINTS): a function of the text alone.
+measurements). A run is stored in the shared cache folder when one is set ($COURSE_CACHE_DIR, else course.yaml's
+`cache_dir`: a TA team's or a cluster's folder on a shared filesystem, so that a run trained by one is trained by
+none of the others), else in the course's `.grader/cache` when the user can write there, else in the user's own
+cache folder (a TA who does not own the checkout, a read-only one): the first of them that takes it. It is read
+from all three, and from the course's `.grader/curves` (SHIPPED), which is read and never written: `course export
+gradescope` puts the reference's validation curves there, so that a fresh container per submission trains none. A
+cache that cannot be written costs the next run its training, never this run's result: cache_write says so and
+returns. Beside the runs, the folder's memo/ keeps each module's code fingerprint by its source's hash
+(FINGERPRINTS): a function of the text alone.
 """
 import ast
 import contextlib
@@ -22,11 +25,12 @@ from pathlib import Path
 
 import platformdirs
 
-from autograder.course.config import ROOT, course_root
+from autograder.course.config import ROOT, course_root, load_course
 from autograder.errors import ConfigError
 
 PACKAGE = ROOT / "autograder"
 SHIPPED = Path(".grader") / "curves"  # under the course: entries shipped with it, read and never written
+SETTING = "COURSE_CACHE_DIR"  # environment variable: the shared cache folder; course.yaml's cache_dir is the default
 
 
 # In a cache folder's memo/ (apart from the runs' entries, which are <key>.json at its top): sha256 of a module's
@@ -127,11 +131,28 @@ def cache_off():
 
 
 def cache_folders():
-    """Where runs are cached, first choice first: the course's .grader/cache, then the user's cache folder."""
-    folders = []
+    """Where runs are cached, first choice first: the shared folder (shared_folder) when one is set, the course's
+    .grader/cache, then the user's cache folder."""
+    folders = [folder] if (folder := shared_folder()) else []
     with contextlib.suppress(ConfigError):  # no course folder to hand: the user's folder still caches
         folders.append(course_root() / ".grader" / "cache")
     return folders + [Path(platformdirs.user_cache_dir("attention-course")) / "experiments"]
+
+
+def shared_folder():
+    """The cache folder several users or machines share, or None: $COURSE_CACHE_DIR (SETTING), else course.yaml's
+    `cache_dir` (relative to course.yaml). Every key is free of where a course lives (its data by content:
+    harness_files.data_source_of), so courses in different folders find each other's runs there."""
+    if os.environ.get(SETTING):
+        return Path(os.environ[SETTING]).expanduser()
+    try:
+        course = load_course()
+    except (ConfigError, OSError):  # no course to hand, or one that does not load: none shared
+        return None
+    if not course.cache_dir:
+        return None
+    folder = Path(course.cache_dir).expanduser()
+    return folder if folder.is_absolute() else (course.path.parent / folder).resolve()
 
 
 def shipped_folders():

@@ -194,9 +194,9 @@ def has_curve(aid, exp):
 
 
 def curve_key(aid, exp, seed, device, data=None, package=PACKAGE):
-    """The cache key of the reference's curve: everything that changes it. `data`: the data source as named where
-    the curve will be read (the Gradescope zip's MNIST folder), when not this process's (data_source_of);
-    `package`: the grader's folder whose code counts (tests pass a copy)."""
+    """The cache key of the reference's curve: everything that changes it. `data`: the data source where the curve
+    will be read (the Gradescope zip's), when not this process's (data_source_of); `package`: the grader's folder
+    whose code counts (tests pass a copy)."""
     code = {"grader": code_digest(CURVE_CODE, package), "harness": harness_digest(aid, package)}
     return experiment_key({"reference curve": exp.name, "code": code,
                            "solutions": solution_fingerprint(aid), "cfg": exp.run_cfg, "seed": seed, "device": device,

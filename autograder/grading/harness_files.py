@@ -5,6 +5,8 @@ torch, which only the workers that grade import.
 """
 import ast
 import functools
+import hashlib
+import os
 from pathlib import Path
 
 from autograder.grading.cache import PACKAGE
@@ -32,12 +34,37 @@ def harness_imports(source):
     return [node.module for node in ast.parse(source).body if isinstance(node, ast.ImportFrom) and node.level == 1]
 
 
-def data_source_of(aid, named_folder=None):
-    """Where the assignment's training data comes from, when that can vary: MNIST's download, IDX folder or test
-    split alone ('' for the harnesses that make their own data). `named_folder`: the folder to name instead of the
-    one read (where a copy of it will be read: the Gradescope zip's)."""
+def data_source_of(aid):
+    """Which training data the assignment's harness reads, when that can vary: MNIST's kind (download, IDX folder or
+    test split alone) and a sha256 of the IDX files read, never the folder they are in, so that a copy of the course
+    (a clone, a TA's checkout, the Gradescope zip's copy of its files) keys its runs as the original does and finds
+    them in a shared cache ('' for the harnesses that make their own data)."""
     if "load_mnist" not in harness_sources(aid)[aid]:
         return ""
-    from autograder.course.mnist import data_source
+    from autograder.course.mnist import data_source, source_files
     kind, folder = data_source()
-    return f"mnist {kind} {named_folder or folder}"
+    return f"mnist {kind} {files_digest(source_files(kind, folder))}"
+
+
+_digests: dict = {}  # (path, size, mtime) -> the file's sha256: each file read once per process while unchanged
+
+
+def files_digest(paths):
+    """One sha256 of the files' contents, each with its name (a file in another split's place is other data)."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(Path(path).name.encode() + b"\0" + file_digest(path).encode())
+    return h.hexdigest()
+
+
+def file_digest(path):
+    """sha256 of a file's bytes, memoized by its path, size and modification time (a replaced file is read again)."""
+    stat = os.stat(path)
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _digests:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _digests[key] = h.hexdigest()
+    return _digests[key]

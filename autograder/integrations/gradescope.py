@@ -123,6 +123,7 @@ def zip_course_yaml(course, aid):
     raw = yaml.safe_load(course.path.read_text())
     raw["assignments"] = {aid: raw["assignments"][aid]}
     raw["data"]["mnist_dir"] = ZIP_MNIST
+    raw.pop("cache_dir", None)  # a folder of this site's, not the container's: its cache is the zip's course's own
     raw["limits"] = {**raw.get("limits", {}), **course.gradescope.limits.model_dump(exclude_none=True)}
     header = (f"# {course.path.name} for Gradescope, written by `course export gradescope {aid}`: this assignment "
               f"alone, with the\n# course's `gradescope.limits` as its limits (see the course's own file for what "
@@ -160,16 +161,16 @@ def course_files(aid):
 
 
 def zip_data_source(aid, course):
-    """The assignment's data source as the container's grading names it (experiments.data_source_of): the kind
-    read here, in the zip's copy of course.yaml's MNIST folder; None when this process reads another folder
-    ($COURSE_MNIST_DIR), whose curves the zip's data would not give."""
+    """The assignment's data source as the container's grading names it (experiments.data_source_of): the one read
+    here, whose files the zip copies (the key names their content, not their folder); None when this process reads
+    another folder ($COURSE_MNIST_DIR), whose curves the zip's data would not give."""
     from autograder.course.mnist import data_source
     from autograder.grading.experiments import data_source_of
     if not data_source_of(aid):
         return ""
     if Path(data_source()[1]).resolve() != course.mnist_dir:
         return None
-    return data_source_of(aid, named_folder=f"{GRADESCOPE_ROOT}/source/{COURSE_DIR}/{ZIP_MNIST}")
+    return data_source_of(aid)
 
 
 def reference_curves(aid):
