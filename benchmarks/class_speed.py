@@ -106,7 +106,8 @@ def fresh_checkout(folder, shipped=True, root=ROOT):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         if (root / name).exists():
             (shutil.copytree if (root / name).is_dir() else shutil.copy)(root / name, folder / name)
-    return {**ENV, "COURSE_ROOT": str(folder), "XDG_CACHE_HOME": str(folder / "user-cache")}
+    env = {k: v for k, v in ENV.items() if k != "COURSE_CACHE_DIR"}  # no shared cache folder either
+    return {**env, "COURSE_ROOT": str(folder), "XDG_CACHE_HOME": str(folder / "user-cache")}
 
 
 def timed(command, cwd=ROOT, env=ENV):

@@ -376,6 +376,7 @@ def main():
                 from class_speed import fresh_checkout
                 env = fresh_checkout(tmp / "checkout", shipped=not args.untrained, root=root)
                 os.environ.update(COURSE_ROOT=env["COURSE_ROOT"], XDG_CACHE_HOME=env["XDG_CACHE_HOME"])
+                os.environ.pop("COURSE_CACHE_DIR", None)
             elif not args.no_warm_up:  # the reference's curves into the cache
                 warm_up = write_submission(tmp / "warm-up", aid, "warm-up")
                 measured(aid, [warm_up], tmp / "warm-up" / "results", root=root)
