@@ -1,5 +1,5 @@
 """The `course` command: one verb per job over the shared core (grade, regrade, report, stats, solve, sync, release,
-export, extend, experiments, formgrader, demo, doctor)."""
+export, extend, experiments, curves, formgrader, demo, doctor)."""
 import argparse
 import atexit
 import json
@@ -201,6 +201,11 @@ def cmd_experiments(args):
     return experiments(args.ids, args.device)
 
 
+def cmd_curves(args):
+    from autograder.apps.curves import ship_curves
+    return ship_curves(args.ids)
+
+
 def cmd_export(args):
     from autograder.integrations.gradescope import export_gradescope
     path = export_gradescope(args.id, args.output, device=args.device)
@@ -365,6 +370,12 @@ def build_parser():
     s.add_argument("ids", nargs="*", metavar="ID", help="assignments whose experiments run (default all)")
     add_device(s, "cpu")
     s.set_defaults(run=cmd_experiments)
+
+    s = sub.add_parser("curves", help="write the reference's validation curves into .grader/curves, to commit: a "
+                                      "fresh checkout's first grading then trains none (docs/DEVELOPING.md)")
+    s.add_argument("ids", nargs="*", metavar="ID", help="assignments whose curves to write (default all, and the "
+                                                        "files no current curve's key names are removed)")
+    s.set_defaults(run=cmd_curves)
 
     export = sub.add_parser("export", help="a Gradescope autograder zip, or the class's grades for an LMS")
     targets = export.add_subparsers(dest="target", required=True, help="grades (for an LMS) or gradescope (a zip)")

@@ -17,7 +17,16 @@ shared with other work still gives the figures:
 - `unattributed` is the cgroup's total less every counted phase: the monitors, the sandboxes' last instants, the
   zygote's forks after its last read.
 
-    python benchmarks/grading_profile.py [ID ...] [--cprofile N] [--no-warm-up] [--json FILE]
+    python benchmarks/grading_profile.py [ID ...] [--cprofile N] [--no-warm-up] [--json FILE] [--root DIR]
+                                         [--fresh [--untrained]]
+
+--root DIR profiles the grader of another checkout (an old commit's `git worktree add --detach`), its own release
+and solutions, with this script's timers: what a phase was called there and no longer exists is left untimed
+(at 95d4ef2: the grader identity's module and the results store, charged to the grading around them).
+
+--fresh profiles the first grading of a fresh checkout instead: the complete submission alone (no warm-up, no
+release first) in a copy of the course with no training cache (class_speed.py's fresh_checkout), reading the
+committed reference curves (.grader/curves), or with --untrained none of them, so that it trains them first.
 
 --cprofile N also prints the grader process's N costliest functions (cProfile, the main thread: it slows what it
 measures, so its run is a separate one and its seconds are not the table's).
@@ -58,7 +67,10 @@ class Ledger:
         self.stack, self.submission = [START], ""
         self.last = time.process_time()
         self.sandboxes = {}  # id(Sandbox) -> [pid, CPU read last, experiment?]
-        self.experiment_sandboxes = set()
+        self.experiment_sandboxes = {}  # id(Sandbox) -> its experiment's name
+        self.naming = ""  # the experiment whose run is being started (ahead.Experiments.start)
+        self.t0 = time.monotonic()
+        self.trainings = []  # per experiment run: [submission, name, CPU-s of its sandbox, wall from, wall to]
         self.scores = {}  # submission -> [score, max_score, the tests that lost points]
 
     def charge(self, phase, grader=0.0, sandbox=0.0):
@@ -113,14 +125,25 @@ def test_phase(item):
 
 def instrument(ledger):
     """Wrap the grader's phases (module doc) in this process: nothing of the grader changes but these timers."""
+    import importlib
+
     import pytest
 
-    from autograder.batch import identity, results, run
+    from autograder.batch import run
     from autograder.grading import ahead
     from autograder.sandbox import grader_side
 
+    def module(name):  # None where an older checkout (--root) has no such module
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            return None
+    identity, results = module("autograder.batch.identity"), module("autograder.batch.results")
+
     def wrapped(owner, name, phase):
-        original = getattr(owner, name)
+        original = getattr(owner, name, None)
+        if original is None:  # an older checkout's grader (--root): the phase is charged to the one around it
+            return
 
         def timed(*args, **kwargs):
             with ledger.phase(phase):
@@ -141,20 +164,27 @@ def instrument(ledger):
         return out
     original_grade_one = run.grade_one
     run.grade_one = grade_one
-    wrapped(identity, "grader_parts", "identity: grader_parts (hashing the grader)")
+    wrapped(identity or run, "grader_parts" if identity else "grader_identity",
+            "identity: grader_parts (hashing the grader)")
     wrapped(run, "file_digest", "identity: the notebook's sha256")
-    wrapped(results.Entry, "without_grading", "results folder: the saved result read")
-    wrapped(results.Entry, "store", "results folder: the result stored")
-    wrapped(run, "grade_submission", "session: pytest's collection, setup and teardown")
+    wrapped(getattr(results, "Entry", None), "without_grading", "results folder: the saved result read")
+    wrapped(getattr(results, "Entry", None), "store", "results folder: the result stored")
+    wrapped(run, "grade_submission" if hasattr(run, "grade_submission") else "_grade",
+            "session: pytest's collection, setup and teardown")
 
-    original_sandbox = ahead.Experiments.sandbox
+    original_sandbox, original_run_start = ahead.Experiments.sandbox, ahead.Experiments.start
 
     def experiment_sandbox(self):
         sandbox = original_sandbox(self)
         if sandbox is not None:
-            ledger.experiment_sandboxes.add(id(sandbox))
+            ledger.experiment_sandboxes[id(sandbox)] = ledger.naming
         return sandbox
     ahead.Experiments.sandbox = experiment_sandbox
+
+    def run_start(self, exp, why):  # its sandbox is made in this call, in this thread
+        ledger.naming = exp.name
+        return original_run_start(self, exp, why)
+    ahead.Experiments.start = run_start
 
     original_start, original_kill = grader_side.Sandbox.start, grader_side.Sandbox.kill
 
@@ -167,6 +197,9 @@ def instrument(ledger):
                 original_start(self)
         cpu = pid_cpu(self.proc) or 0.0
         ledger.sandboxes[id(self)] = [self.proc, cpu, experiment]
+        if experiment:
+            ledger.trainings.append([ledger.submission, ledger.experiment_sandboxes[id(self)], -cpu,
+                                     time.monotonic() - ledger.t0, None])
         ledger.charge("experiments: the notebook run in each experiment's sandbox" if experiment else
                       "notebook execution: the checks' sandbox started, the cells run", sandbox=cpu)
 
@@ -175,6 +208,10 @@ def instrument(ledger):
         if entry is not None and entry[0] == self.proc:
             ledger.read_sandbox(entry, "experiments: the student's training (its sandbox)" if entry[2] else
                                 ledger.stack[-1])
+            if entry[2]:
+                run = next(r for r in reversed(ledger.trainings) if r[1] == ledger.experiment_sandboxes[id(self)])
+                run[2] += entry[1]
+                run[4] = time.monotonic() - ledger.t0
         return original_kill(self)
     grader_side.Sandbox.start, grader_side.Sandbox.kill = start, kill
 
@@ -212,6 +249,7 @@ def child(argv):
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(int(top))
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(int(top))
     Path(out).write_text(json.dumps({"code": code, "charges": ledger.charges, "zygote": zygote, "scores": ledger.scores,
+                                     "trainings": ledger.trainings,
                                      "grader": time.process_time()}))
     sys.stdout.flush()
     os._exit(0 if code in (0, 1) else code)
@@ -233,8 +271,9 @@ def cgroup():
     return None
 
 
-def measured(aid, notebooks, results_dir, top=0):
-    """(the child's ledger, the cgroup's CPU-seconds or None, its stderr) of one profiled `course grade`."""
+def measured(aid, notebooks, results_dir, top=0, root=ROOT):
+    """(the child's ledger, the cgroup's CPU-seconds or None, its stderr) of one profiled `course grade` of the
+    checkout at `root` (its grader first on the path, the zygote's and sandboxes' too)."""
     out = Path(results_dir).parent / "ledger.json"
     group = cgroup()
 
@@ -244,7 +283,9 @@ def measured(aid, notebooks, results_dir, top=0):
     argv = [sys.executable, __file__, "--child", *map(str, notebooks), "-a", aid, "--workers", "1", "--results-dir",
             str(results_dir), str(out), str(top)]
     env = {k: v for k, v in os.environ.items() if k != "COURSE_NO_CACHE"}
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, preexec_fn=join)
+    if Path(root) != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, preexec_fn=join)
     total = None
     if group is not None:
         total = group[2](group[0])
@@ -289,6 +330,10 @@ def report(aid, ledger, total):
         g, s = complete.get(phase, [0.0, 0.0])
         fg, fs = release.get(phase, [0.0, 0.0])
         print(f"  {phase:<76}{g:>13.2f}{s:>9.2f}{fg:>15.2f}{fs:>9.2f}")
+    for submission, name, cpu, start, end in ledger.get("trainings", []):
+        if submission == "complete":
+            print(f"  of which {name}'s sandbox (its notebook, its training): {cpu:.2f} CPU-s, wall +{start:.1f} s to "
+                  f"+{'?' if end is None else f'{end:.1f}'} s of the command")
     warm = sum(g + s for g, s in complete.values())
     outside = charges.get("", {})
     first = sum(g + s for g, s in release.values())
@@ -312,25 +357,39 @@ def main():
     parser.add_argument("--no-warm-up", action="store_true",
                         help="the reference's curves are in the cache already (an earlier run's warm-up)")
     parser.add_argument("--json", help="also append each assignment's ledger to this file, a JSON line each")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="the checkout whose grader, release and solutions to profile (default: this one)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="the first grading of a fresh checkout: the complete submission alone, no cache but the "
+                             "committed curves")
+    parser.add_argument("--untrained", action="store_true", help="with --fresh: without the committed curves")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
+    root = args.root.resolve()
+    sys.path.insert(0, str(root))
+    os.chdir(root)  # its course.yaml, release and solutions (config.course_root: the working folder's course)
     from autograder.course.config import load_course
     summary = []
     for aid in args.ids or list(load_course().assignments):
         with tempfile.TemporaryDirectory(prefix="grading-profile-") as tmp:
             tmp = Path(tmp)
-            if not args.no_warm_up:  # the reference's curves into the cache
+            if args.fresh:  # the measured process's course: a fresh checkout's
+                from class_speed import fresh_checkout
+                env = fresh_checkout(tmp / "checkout", shipped=not args.untrained, root=root)
+                os.environ.update(COURSE_ROOT=env["COURSE_ROOT"], XDG_CACHE_HOME=env["XDG_CACHE_HOME"])
+                os.environ.pop("COURSE_CACHE_DIR", None)
+            elif not args.no_warm_up:  # the reference's curves into the cache
                 warm_up = write_submission(tmp / "warm-up", aid, "warm-up")
-                measured(aid, [warm_up], tmp / "warm-up" / "results")
-            notebooks = [write_submission(tmp / "run", aid, tag) for tag in ("release", "complete")]
-            ledger, total = measured(aid, notebooks, tmp / "run" / "results")[:2]
+                measured(aid, [warm_up], tmp / "warm-up" / "results", root=root)
+            tags = ("complete",) if args.fresh else ("release", "complete")
+            notebooks = [write_submission(tmp / "run", aid, tag) for tag in tags]
+            ledger, total = measured(aid, notebooks, tmp / "run" / "results", root=root)[:2]
             summary.append((aid, *report(aid, ledger, total)))
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps({"assignment": aid, "ledger": ledger, "total": total}) + "\n")
             if args.cprofile:
                 again = [write_submission(tmp / "profiled", aid, tag) for tag in ("release", "complete")]
-                print(measured(aid, again, tmp / "profiled" / "results", args.cprofile)[2][-20000:])
+                print(measured(aid, again, tmp / "profiled" / "results", args.cprofile, root)[2][-20000:])
     print("\n| assignment | one warm grading, CPU-s (counted) | the command's total, CPU-s (cgroup) |\n|---|---|---|")
     for aid, warm, total in summary:
         print(f"| {aid} | {warm:.1f} | {'n/a' if total is None else f'{total:.1f}'} |")

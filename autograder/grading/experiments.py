@@ -65,6 +65,11 @@ def harness(aid):
 # keeps every cached run.
 EXPERIMENT_CODE = ("errors.py", "course", "sandbox", "grading/experiments.py", "grading/harness_files.py",
                    "grading/shared_runs.py")
+# What the reference's curve depends on, besides its harness: it trains here, in the grader's process, never in a
+# sandbox, so neither the sandbox's code nor the shared runs' nor course.yaml's parsing (its cfg is keyed itself) is
+# any part of it; MNIST's loader and the code here that trains it are. Editing the rest keeps every curve, the ones
+# committed in .grader/curves included (apps/curves.py).
+CURVE_CODE = ("course/mnist.py", "grading/experiments.py", "grading/harness_files.py")
 # What a saved result depends on, besides the assignment's suite and harness: all of grading and what it runs on.
 GRADING_CODE = ("errors.py", "course", "sandbox", "notebooks", "grading")
 
@@ -188,10 +193,12 @@ def has_curve(aid, exp):
     return exp.graded and validates_against_marks(harness(aid).EXPERIMENTS[exp.name])
 
 
-def curve_key(aid, exp, seed, device, data=None):
+def curve_key(aid, exp, seed, device, data=None, package=PACKAGE):
     """The cache key of the reference's curve: everything that changes it. `data`: the data source where the curve
-    will be read (the Gradescope zip's), when not this process's (data_source_of)."""
-    return experiment_key({"reference curve": exp.name, "code": experiment_code(aid),
+    will be read (the Gradescope zip's), when not this process's (data_source_of); `package`: the grader's folder
+    whose code counts (tests pass a copy)."""
+    code = {"grader": code_digest(CURVE_CODE, package), "harness": harness_digest(aid, package)}
+    return experiment_key({"reference curve": exp.name, "code": code,
                            "solutions": solution_fingerprint(aid), "cfg": exp.run_cfg, "seed": seed, "device": device,
                            "libraries": curve_libraries(), "data": data_source_of(aid) if data is None else data,
                            "threads": CURVE_THREADS})
