@@ -30,12 +30,15 @@ def test_the_committed_curves_are_the_ones_a_grading_here_would_read(monkeypatch
     monkeypatch.setattr(experiments, "curve_libraries", committed_libraries)
     current, index = current_curves(), read_index(FOLDER)
     files = {path.stem for path in FOLDER.glob("*.json") if path.name != INDEX}
+    shipped = {entry["assignment"] for entry in index.values()}
+    # an assignment none of whose curves is committed (a new lecture, `course new`) trains them at its first
+    # grading, as before #62: shipping them is a speed-up the author chooses (docs/AUTHORING.md), not a rule
     stale, missing = sorted(files - set(current)), sorted(f"{aid}.{name} seed {seed}"
                                                           for key, (aid, name, seed) in current.items()
-                                                          if key not in files)
+                                                          if key not in files and aid in shipped)
     assert not stale and not missing, f"run `course curves` and commit .grader/curves: {len(stale)} stale " \
                                       f"files {stale}, curves missing: {missing}"
-    assert {aid for aid, _, _ in current.values()} == set(load_course().assignments)  # w8l1 (MNIST) too
+    assert shipped >= {"w8l1_attention_vision", "w8l4_transformers", "lab14_transformers"}  # MNIST's w8l1 too
     for key, (aid, name, seed) in current.items():
         assert (index[key]["assignment"], index[key]["experiment"], index[key]["seed"]) == (aid, name, seed)
         steps = [point["step"] for point in json.loads((FOLDER / f"{key}.json").read_text())]
