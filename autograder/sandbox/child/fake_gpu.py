@@ -128,12 +128,26 @@ def traced_dispatch(dispatch, func, types, args, kwargs, torch, tree_flatten, it
 
 
 def warm():
-    """Import what FakeTensorMode imports at its first use (torch._dynamo, sympy: a second or more), in the zygote
-    before any sandbox forks, so that each sandbox inherits it and none reads those files behind its wall."""
-    import torch
-    gpu = FakeGPU()
-    with gpu.running():
-        torch.ones(2, device=DEVICE) + 1
+    """Import what FakeTensorMode imports at its first use (torch._dynamo, sympy: a second or more of CPU), in the
+    zygote before any sandbox forks, so that each sandbox inherits it and none reads those files behind its wall.
+
+    Imports only: entering a FakeTensorMode changes the process for good (on a machine without a GPU it installs a
+    no-op CUDA device guard; with one it asks the CUDA driver, which torch documents as poisoning a later fork), and
+    every sandbox would inherit that. Under the no-op guard torch's autograd engine starts a thread per CUDA device
+    it then believes in (8) at a sandbox's first backward pass, and those threads race to rebuild the intra-op
+    thread pool the fork left behind: "Invalid thread pool!" (SIGABRT) or a SIGSEGV in a CPU gradients check, in 1
+    sandbox of 8 to 1 of 300 (settle_autograd; tests/test_sandbox_fake_gpu.py)."""
+    import torch._dynamo  # noqa: F401
+    import torch._subclasses.fake_tensor  # noqa: F401
+
+
+def settle_autograd(torch):
+    """Have torch's autograd engine decide its device threads now, before the fake GPU's first use installs its
+    no-op CUDA device guard: one tiny CPU backward pass starts them (none without a GPU, one per real GPU), once per
+    process. After that guard, the engine's first backward would start 8 threads that rebuild the forked intra-op
+    thread pool at once, and crash the sandbox now and then (warm)."""
+    x = torch.ones(1, requires_grad=True)
+    torch.autograd.grad(x.sum(), x)
 
 
 class FakeGPU:
@@ -141,6 +155,8 @@ class FakeGPU:
     One mode for the sandbox's life, since a module built in one request is called in the next."""
 
     def __init__(self):
+        import torch
+        settle_autograd(torch)
         self.mode = traced_mode()
 
     @contextlib.contextmanager
