@@ -27,6 +27,9 @@ def test_the_reference_solution_scores_full_marks(graded_solutions, aid):
     assert not lost, "\n".join(lost)
     assert result["max_score"] == COURSE.assignment(aid).total_points
     assert result["score"] == result["max_score"]
+    # the fake GPU judged every item it ran (an item it cannot judge says so in course.yaml: device_check: false)
+    from autograder.grading.device_check import NO_VERDICT
+    assert not [n for n in result["extra_data"]["notes"] if n.startswith(NO_VERDICT)], result["extra_data"]["notes"]
 
 
 @pytest.mark.parametrize("aid", AIDS)

@@ -159,15 +159,16 @@ def local_window(alpha, centre, D):
 
 
 def test_the_device_check_names_the_line_that_made_a_cpu_tensor_and_passes_the_same_code_done_right(capsys):
-    """On a CPU, with no GPU: the inputs go to torch's meta device, and the CPU tensor the code made meets them."""
+    """On a CPU, with no GPU: the inputs go to a fake GPU (torch's FakeTensorMode as cuda), and the CPU tensor the
+    code made meets them."""
     alpha, centre = torch.rand(2, 7), torch.tensor([1, 4])
     chk = PublicChecks("local_attention", points=3)
     local_window(alpha, centre, 1)  # the slip runs on the CPU
     with pytest.raises(AssertionError) as failure:
         chk.device("local_attention(alpha, centre, 1)", local_window, alpha, centre, 1)
     message = str(failure.value)
-    assert "public check 1 failed: local_attention(alpha, centre, 1) with every input on the meta device" in message
-    assert "not on the expected device" in message, message
+    assert "public check 1 failed: local_attention(alpha, centre, 1) with every input on a fake GPU (cuda)" in message
+    assert "found at least two devices" in message, message
     assert re.search(r"local_window\(\), line \d+: keep = \(pos - centre\.unsqueeze\(-1\)\)\.abs\(\) <= D",
                      message), message
 
@@ -180,6 +181,30 @@ def test_the_device_check_names_the_line_that_made_a_cpu_tensor_and_passes_the_s
     block = torch.nn.BatchNorm1d(4)
     block(torch.randn(5, 4)).sum().backward()
     before = [t.clone() for t in (block.weight, block.weight.grad, block.running_mean)]
-    chk.device("BatchNorm1d(4)(x)", block, torch.randn(2, 4))  # a module goes to meta with its weights...
+    chk.device("BatchNorm1d(4)(x)", block, torch.randn(2, 4))  # a module goes to the fake GPU with its weights...
     after = (block.weight, block.weight.grad, block.running_mean)  # ... and comes back with them, values and all
     assert all(a.device.type == "cpu" and torch.equal(a, b) for a, b in zip(after, before, strict=True))
+
+
+def weight_to_the_cpu(x, w):
+    w = w.cpu()  # a .cpu() round trip: fine while x is on the CPU too
+    return x @ w.T
+
+
+def cpu_linear(x, w):
+    return F.linear(x, w, torch.zeros(w.shape[0]))  # a CPU bias in a linear layer
+
+
+def cpu_tokens(x, w):
+    return F.embedding(torch.zeros(x.shape[0], dtype=torch.long), w) + x[:, :1]  # CPU indices into a GPU table
+
+
+@pytest.mark.parametrize("slip", [weight_to_the_cpu, cpu_linear, cpu_tokens])
+def test_the_device_check_catches_the_slips_meta_let_through(slip):
+    """A .cpu() round trip, a CPU tensor in a linear layer, CPU indices in an embedding: each runs on the CPU, none
+    raised on the meta device, each fails the public device check on this CPU-only machine."""
+    x, w = torch.randn(3, 4), torch.randn(5, 4)
+    slip(x, w)
+    with pytest.raises(AssertionError, match="found at least two devices") as failure:
+        PublicChecks("item", points=1).device("item(x, w)", slip, x, w)
+    assert f"{slip.__name__}(), line" in str(failure.value), str(failure.value)

@@ -123,12 +123,13 @@ def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp
         assert without_timings(ours) == without_timings(by_course[name]), name
         assert f"{AID}: {ours['score']:g} / {ours['max_score']:g} points" in session.stdout
         # one line per check: every check of course.yaml is a test, the experiment included, and a shapes check two
-        # (on the CPU, then on meta: grading/device_check.py)
+        # (on the CPU, then on the fake GPU: grading/device_check.py)
         lines = [line for line in session.stdout.splitlines() if line.startswith(SUITE + "::")]
-        items = load_course().assignment(AID).items.values()
-        on_meta = sum("shapes" in spec.points and spec.device_check for spec in items)
-        assert len(ours["tests"]) == 22 and len(lines) == 22 + on_meta, session.stdout[-3000:]
-        assert sum("_shapes[meta] " in line for line in lines) == on_meta, session.stdout[-3000:]
+        assignment = load_course().assignment(AID)
+        checks = sum(len(spec.points) for spec in assignment.items.values()) + len(assignment.experiments)
+        on_fake_gpu = sum("shapes" in spec.points and spec.device_check for spec in assignment.items.values())
+        assert len(ours["tests"]) == checks and len(lines) == checks + on_fake_gpu, session.stdout[-3000:]
+        assert sum("_shapes[fake_cuda] " in line for line in lines) == on_fake_gpu, session.stdout[-3000:]
 
 
 @pytest.mark.grading

@@ -608,3 +608,19 @@ def test_experiment_gru_baseline(graded_solutions):
     assert r.passed, r.failures
     assert m["token_acc_L3"] > m["token_acc_L10"], "the bottleneck should cost accuracy as L grows"
     assert tf_L10 > m["token_acc_L10"], "the transformer should beat the GRU at L = 10"
+
+
+def test_what_the_notebook_says_pytorch_returns_for_a_row_with_every_key_blocked():
+    """§3.b: `F.scaled_dot_product_attention` gives zeros for a query with no open key, `nn.MultiheadAttention` NaN
+    (torch 2.14): if torch changes either, the sentence in the notebook must change with it."""
+    from autograder.course.config import ROOT
+    text = (ROOT / "assignments" / "w8l4_transformers" / "w8l4_transformers.ipynb").read_text()
+    assert "what `F.scaled_dot_product_attention` returns; `nn.MultiheadAttention` returns NaN there" in text
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 8)
+    blocked = torch.zeros(3, 3, dtype=torch.bool)
+    blocked[1] = True  # query 1 may attend to no key
+    out, _ = torch.nn.MultiheadAttention(8, 2, batch_first=True)(x, x, x, attn_mask=blocked)
+    assert bool(out[0, 1].isnan().all())
+    z = torch.nn.functional.scaled_dot_product_attention(x, x, x, attn_mask=~blocked)
+    assert bool((z[0, 1] == 0).all())

@@ -251,27 +251,38 @@ def device_slips(aid):
 
 
 @pytest.mark.parametrize("aid", [aid for aid in AIDS if device_slips(aid)])  # those that plant one
-def test_a_tensor_made_on_the_cpu_fails_its_items_public_device_check_on_a_cpu(tmp_path, aid):
-    """The assignment's planted device slip (tests/planted DEVICE_SLIPS) in the solved notebook, run in a kernel on
-    this CPU-only machine up to the item's test cell: that cell, and only it, fails, in its device check, with the
-    lines the CPU tensor went through. The lecture's demonstrations on the way are left out (on w8l1 they train
-    for half a minute): the locked setup, the items and their test cells are what a test cell runs on."""
+def test_every_planted_device_slip_fails_its_items_public_device_check_on_a_cpu(tmp_path, aid):
+    """Every device slip of the assignment (tests/planted DEVICE_SLIPS: a tensor made on the CPU, a .cpu() round trip,
+    a CPU tensor in a matrix product or linear layer, a CPU index or embedding) in the solved notebook, run in one
+    kernel on this CPU-only machine: the locked setup (and the facts), the items and their test cells pass; then, slip
+    by slip, the slipped item's cell, its test cell (which must fail, in its device check on the fake GPU, naming the
+    lines the CPU tensor went through) and the item's right cell again. The lecture's demonstrations are left out (on
+    w8l1 they train for half a minute)."""
     from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
     from tests.planted import variant_source
-    item, slips = next(iter(device_slips(aid).items()))  # the first
-    variant, _ = next(iter(slips.values()))
-    nb = with_cells(release_notebook(aid), {**solved_sources(aid), item: variant_source(aid, item, variant)})
-    test_cell = next(k for k, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == f"test_{item}")
-    nb.cells = [c for c in nb.cells[:test_cell + 1] if c.cell_type != "code" or nbgrader_meta(c).get("grade_id")]
-    test_cell = next(k for k, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == f"test_{item}")
+    slips = [(item, name, variant) for item, named in device_slips(aid).items()
+             for name, (variant, _) in named.items()]
+    nb = with_cells(release_notebook(aid), solved_sources(aid))
+    nb.cells = [c for c in nb.cells if c.cell_type == "code"
+                and (nbgrader_meta(c).get("grade_id") or c.metadata.get("course", {}).get("generated") == "facts")]
+    by_id = {nbgrader_meta(c).get("grade_id"): c for c in nb.cells}
+    expected = []
+    for item, name, variant in slips:
+        nb.cells += [nbformat.v4.new_code_cell(source) for source in
+                     (variant_source(aid, item, variant), by_id[f"test_{item}"].source, by_id[item].source)]
+        expected.append((len(nb.cells) - 2, item, name))
     nbformat.write(nb, tmp_path / f"{aid}.ipynb")
     executed = execute(tmp_path / f"{aid}.ipynb", timeout=600, allow_errors=True, quick=True)
-    errors = [(k, o["ename"], o["evalue"]) for k, c in enumerate(executed.cells) if c.cell_type == "code"
-              for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert [(k, name) for k, name, _ in errors] == [(test_cell, "AssertionError")], errors
-    message = errors[0][2]
-    assert re.match(rf"{item}: public check \d+ failed: .* with every input on the meta device", message), message
-    assert "not on the expected device" in message and re.search(r"through: +\S+\(\), line \d+: ", message), message
+    errors = {k: (o["ename"], o["evalue"]) for k, c in enumerate(executed.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"}
+    assert sorted(errors) == [k for k, _, _ in expected], (errors, expected)
+    for k, item, name in expected:
+        ename, message = errors[k]
+        assert ename == "AssertionError", (name, message)
+        assert re.match(rf"{item}: public check \d+ failed: .* with every input on a fake GPU \(cuda\)", message), \
+            (name, message)
+        assert ("found at least two devices" in message and re.search(r"through: +\S+\(\), line \d+: ", message)) \
+            or "output 0 on cpu" in message, (name, message)
 
 
 @pytest.mark.slow

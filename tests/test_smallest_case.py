@@ -194,3 +194,20 @@ def test_a_missing_gradient_disagrees_only_where_one_was_due():
     assert compare(("dQ", "dK"), (torch.tensor([1.0]), torch.zeros(1)), (None, None)) == ("dQ", torch.tensor([1.0]),
                                                                                          None)
     assert compare(("dQ", "dK"), (torch.ones(1), torch.zeros(1)), (torch.ones(1), None)) is None
+
+
+def test_a_right_gradient_in_self_attention_is_no_failing_case():
+    """w8l4's MultiHeadAttention gradients search has two outputs (d x_q, d x_kv); in self-attention there is no
+    x_kv, and a right answer there was a tuple of one, taken for a wrong one: the smallest 'failing' case it named
+    (h=1, all zeros) did not fail."""
+    from autograder.suites.test_w8l4_transformers import MHA_GRAD_SEARCH
+    gen = torch.Generator().manual_seed(0)
+    d = 2
+    case = {"h": 1, "d_k": d, "B": 1, "T_q": 2, "d_model": d, "bias": False, "x_kv": None, "mask": None,
+            **{f"W{n}.weight": torch.randint(-1, 2, (d, d), generator=gen).float() for n in "QKVO"},
+            "x_q": torch.randint(-2, 3, (1, 2, d), generator=gen).float(),
+            "d_out": torch.randint(-2, 3, (1, 2, d), generator=gen).float()}
+    right = MHA_GRAD_SEARCH.oracle(case)
+    assert compare(MHA_GRAD_SEARCH.outputs, right, right) is None
+    wrong = (right[0] + 1, None)
+    assert compare(MHA_GRAD_SEARCH.outputs, right, wrong)[0] == "dx_q"

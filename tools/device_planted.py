@@ -1,5 +1,5 @@
 """Planted mistakes on a GPU grader: every planted wrong variant still loses points on its item and every correct
-alternative keeps full marks with `--device cuda` (the checks run on the CPU there too, with the shapes checks' meta
+alternative keeps full marks with `--device cuda` (the checks run on the CPU there too, with the shapes checks' fake-GPU
 run, grading/device_check.py; this says that a GPU grader changes nothing about them).
 
 For a machine with a GPU, not CI: `python tools/device_planted.py [--device cuda]` (see tools/device_check.sh).

@@ -9,7 +9,9 @@ The fast form (the default, what CI runs) reads, runs nothing of the student's k
      figures name written in the harness (a misspelt metric is otherwise found only when grading runs);
   4. the source notebook: nothing `course sync` would change (stubs, points, rules, facts: notebooks/facts.py);
   5. the release: `course release`'s own verification (no hidden line leaks, every stub and test cell, points,
-     facts as course.yaml gives them), and made from the source notebook as it is now.
+     facts as course.yaml gives them), and made from the source notebook as it is now;
+  6. device checks: every item checked on the fake GPU has a `chk.device(...)` in its test cell (check_device.py);
+  7. edge cases: each edge case beyond the lecture is a check of its own worth one point (check_edges.py).
 `--grade` also grades the reference solution (full marks) and the untouched release (0), without experiments;
 `--planted`, `--mutations N` and `--seeds N` run the slower stages of check_deep.py, `--full` all of them.
 """
@@ -25,6 +27,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.apps.check_device import device_check_problems
+from autograder.apps.check_edges import edge_case_problems
 from autograder.course.config import Assignment, course_root, load_course
 from autograder.grading.checks import Fail, check_signature
 
@@ -234,7 +238,8 @@ def course_section(text: str, aid: str) -> list[tuple[int, str]]:
 
 STAGES = [("what is left to write", unwritten),
           ("solution", solution_problems), ("suite", suite_problems), ("harness", harness_problems),
-          ("notebook", lambda aid, _: notebook_problems(aid)), ("release", lambda aid, _: release_problems(aid))]
+          ("notebook", lambda aid, _: notebook_problems(aid)), ("release", lambda aid, _: release_problems(aid)),
+          ("device checks", device_check_problems), ("edge cases", edge_case_problems)]
 
 
 def problems_of(aid: str, grade: bool = False, planted: bool = False, mutations: int = 0,

@@ -43,10 +43,11 @@ def planted_module(aid, root=None):
     return module
 
 
-def planted_file(aid, root=None):
-    """The PLANTED of the course's tests/planted/<aid>.py, read from disk now; None when there is no such file."""
+def planted_file(aid, root=None, name="PLANTED"):
+    """The PLANTED (or another table, `name`: EDGE_SLIPS) of the course's tests/planted/<aid>.py, read from disk now;
+    None when there is no such file."""
     module = planted_module(aid, root)
-    return None if module is None else getattr(module, "PLANTED", {})
+    return None if module is None else getattr(module, name, {})
 
 
 # --- what a planted file must hold: `course check --planted` and the meta-tests (tests/test_grading.py) read these

@@ -173,7 +173,7 @@ class Grading:
         self.regrades = Regrades(self)
         config.pluginmanager.register(self.regrades, "course-regrades")
         config.pluginmanager.register(self.experiments, "course-experiments")
-        config.pluginmanager.register(DeviceCheck(), "course-device-check")
+        config.pluginmanager.register(DeviceCheck(self.ta_notes), "course-device-check")
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
 

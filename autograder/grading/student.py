@@ -29,7 +29,7 @@ class Student:
         self.seed = 0
 
     def case(self, label: str) -> None:
-        """Name the case being checked; failure messages end with it (and, on meta, say why meta)."""
+        """Name the case being checked; failure messages end with it (and, on the fake GPU, say why there)."""
         self.label = label if self.device != OTHER_DEVICE else f"{label}; {ON_OTHER_DEVICE}"
 
     def _left(self):
@@ -42,6 +42,8 @@ class Student:
         """One request within the item's deadline; the oracles the answer says the item called are kept."""
         if self.tripwire:
             fields = {**fields, "tripwire": self.tripwire}
+        if self.device == OTHER_DEVICE:  # its tensors and modules on the fake GPU (sandbox/child/fake_gpu.py)
+            fields = {**fields, "fake_gpu": True, "item": self.item}
         answer = self.sandbox.request(op, self._left(), tensors=tensors, limit_s=self.limit_s, seed=self.seed, **fields)
         self.oracle_calls.update(answer.get("oracle_calls", []))
         return answer

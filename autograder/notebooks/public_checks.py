@@ -15,7 +15,7 @@ import torch
 
 SCALE_MISSING = 'off by a factor close to sqrt(d_k): is the scale missing?'
 # what torch says when one operation meets tensors on two devices (PublicChecks.device, and the hidden shapes
-# checks' own run on the meta device)
+# checks' own run on a fake GPU)
 MIXED_DEVICES = re.compile(r'not on the expected device|on the same device|found at least two devices')
 
 
@@ -145,47 +145,77 @@ class PublicChecks:
                    f'{max_diff(g, r):.3g}', hint='' if ok else known_mistake(got, mistakes, atol))
 
     def device(self, what, fn, *args, **kwargs):
-        """fn(*args, **kwargs) with every tensor argument, and fn's own weights when it is a module, on torch's meta
-        device: a GPU's stand-in that every machine has. A tensor the code makes on the CPU meets a meta one and
-        raises, as it would on Colab's GPU; every tensor that comes back must be on meta too. Meta tensors have no
-        values: this checks devices only (and the hidden shapes check does the same, on every grader)."""
-        what = f"{what} with every input on the meta device (a GPU's stand-in)"
-        meta = lambda v: v.to('meta') if torch.is_tensor(v) else v  # noqa: E731 -- one line, used twice
+        """fn(*args, **kwargs) with every tensor argument, fn's own weights when it is a module, and any torch.device
+        argument on a fake GPU:
+        a `cuda` device that exists only as torch's FakeTensorMode, on any machine, GPU or not (torch's meta device
+        where torch has no FakeTensorMode). A tensor the code makes on the CPU, or moves there with .cpu(), meets a
+        fake CUDA one and raises, in a matrix product, a linear layer or an embedding as anywhere else, as it would on
+        Colab's GPU; every tensor that comes back must be on that device too. Fake tensors have no values: this checks
+        devices only (and the hidden shapes check does the same, on every grader)."""
+        mode = fake_gpu()
+        target = 'cuda' if mode is not None else 'meta'
+        what = f"{what} with every input on {'a fake GPU (cuda)' if mode is not None else 'the meta device'}"
         try:
-            with contextlib.ExitStack() as modules:  # fn and every module argument on meta, their own after
+            with contextlib.ExitStack() as stack:  # fn and every module argument moved there, their own after
                 for v in (fn, *args, *kwargs.values()):
-                    modules.enter_context(on_meta(v))
-                out = fn(*map(meta, args), **{k: meta(v) for k, v in kwargs.items()})
+                    stack.enter_context(moved_module(v, target, mode))
+                if mode is not None:
+                    stack.enter_context(mode)
+                out = fn(*(moved(v, target) for v in args), **{k: moved(v, target) for k, v in kwargs.items()})
         except Exception as e:
-            if not MIXED_DEVICES.search(str(e)):  # an op meta cannot run, or one that reads values: no verdict
+            if not MIXED_DEVICES.search(str(e)):  # an op it cannot run, or one that reads values: no verdict
                 print(f'  --  {what}: not checkable there ({type(e).__name__}: {str(e).splitlines()[0][:80]})')
                 return
             self.check(False, what, "every tensor made on the inputs' device (device=x.device)",
                        f'{str(e).splitlines()[0]}\n    through:  {where_made(e)}',
-                       hint='torch.arange, torch.zeros, torch.ones, torch.tensor, torch.triu(...) and causal_mask '
-                            'make their tensor on the CPU unless given device=')
+                       hint='torch.arange, torch.zeros, torch.ones, torch.full, torch.tensor, torch.triu(...) and '
+                            'causal_mask make their tensor on the CPU unless given device=; .cpu() takes one there')
         outs = out if isinstance(out, (tuple, list)) else (out,)
         off = [f'output {k} on {t.device}' for k, t in enumerate(outs)
-               if torch.is_tensor(t) and t.device.type != 'meta']
-        self.check(not off, what, 'every output on meta, the inputs\' device', ', '.join(off))
+               if torch.is_tensor(t) and t.device.type != target]
+        self.check(not off, what, f"every output on {target}, the inputs' device", ', '.join(off))
 
     def done(self):
         print(f'{self.item}: public checks passed ({self.passed}/{self.passed}); '
               f'{self.note} worth {self.points:g} points run at grading')
 
 
+def moved(v, target):
+    """An argument on `target`: a tensor moved there, a torch.device (`causal_mask(T, device=...)`) replaced by it."""
+    if torch.is_tensor(v):
+        return v.to(target)
+    return torch.device(target) if isinstance(v, torch.device) else v
+
+
+def fake_gpu():
+    """A FakeTensorMode whose `cuda` tensors stand for a GPU's, or None where torch has none (a private module of
+    torch's since 2.0: the device check falls back to the meta device)."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        return FakeTensorMode(allow_non_fake_inputs=True)
+    except Exception:  # an older or newer torch without it
+        return None
+
+
 @contextlib.contextmanager
-def on_meta(fn):
-    """A module's parameters, gradients and buffers on meta while the block runs, then its own again (a module
-    that caches a forward's tensors cannot be deep-copied)."""
+def moved_module(fn, target, mode):
+    """A module's parameters, gradients and buffers on `target` (fake ones under `mode`) while the block runs, then
+    its own again (a module that caches a forward's tensors cannot be deep-copied)."""
     if not isinstance(fn, torch.nn.Module):
         yield
         return
-    # torch replaces each parameter and buffer with a new meta one: the originals go back in their places
+    # each parameter and buffer is replaced by a new one there: the originals go back in their places
     kept = [(m._parameters, name, t) for m in fn.modules() for name, t in m._parameters.items() if t is not None]
     kept += [(m._buffers, name, t) for m in fn.modules() for name, t in m._buffers.items() if t is not None]
     try:
-        fn.to('meta')
+        if mode is None:
+            fn.to(target)
+        else:
+            with mode, torch.no_grad():
+                for place, name, t in kept:
+                    fake = t.detach().to(target)
+                    place[name] = torch.nn.Parameter(fake, t.requires_grad) if isinstance(t, torch.nn.Parameter) \
+                        else fake
         yield
     finally:
         for place, name, t in kept:

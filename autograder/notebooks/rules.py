@@ -1,7 +1,7 @@
 """The rules cell: what the hidden tests hold every item of a notebook to, written from course.yaml by `course sync`.
 
 One markdown cell per source notebook, right after its introduction, marked `metadata.course.generated = "rules"`:
-dtypes, devices (the shapes checks' meta run, autograder/grading/device_check.py), the notebook's mask convention
+dtypes, devices (the shapes checks' fake-GPU run, autograder/grading/device_check.py), the notebook's mask convention
 beside the other notebooks' (course.yaml `mask_convention`), and the references each item may not call (its
 `from_scratch` names, each shown by the first function course.yaml's `oracles` lists for it). Since `course sync`
 writes it, a change to course.yaml reaches the notebook's text and cannot drift from what the grader does.
@@ -21,10 +21,12 @@ def rules_markdown(aid: str, course: Course | None = None) -> str:
              "* **Names and signatures** exactly as the graded cells give them: the grader imports them by name.",
              "* **dtypes.** Inputs arrive as float32 or float64: return results in the dtype of the inputs.",
              "* **Devices.** The hidden tests run your code on the CPU, then run each item's shapes check once more "
-             "with every input on torch's `meta` device, a stand-in for a GPU that every grader has. A tensor you "
-             "create inside an item goes on the device of its inputs (`torch.arange(T, device=x.device)`, "
-             "`torch.zeros(..., device=x.device)`): one made on the CPU loses the item's shapes check, as it would "
-             "crash on Colab's GPU. The test cells run the same check (`chk.device(...)`)." + cpu_only(assignment)]
+             "with every input on a fake GPU (a `cuda` device that torch's FakeTensorMode makes on any machine, "
+             "with no GPU and no values). A tensor you create inside an item goes on the device of its inputs "
+             "(`torch.arange(T, device=x.device)`, `torch.zeros(..., device=x.device)`): one made on the CPU, or "
+             "taken there with `.cpu()`, loses the item's shapes check wherever it meets the inputs (an addition, a "
+             "matrix product, a linear layer, an embedding), as it would crash on Colab's GPU, and the reason names "
+             "the line that made it. The test cells run the same check (`chk.device(...)`)." + cpu_only(assignment)]
     if assignment.mask_convention:
         lines.append(f"* **Masks** in this notebook: {assignment.mask_convention}")
         others = [(other, spec.mask_convention) for other, spec in course.assignments.items()
@@ -44,7 +46,7 @@ def rules_markdown(aid: str, course: Course | None = None) -> str:
 
 
 def cpu_only(assignment: Assignment) -> str:
-    """The sentence naming the items whose shapes check has no meta run (course.yaml `device_check: false`)."""
+    """The sentence naming the items whose shapes check has no fake-GPU run (course.yaml `device_check: false`)."""
     items = [f"`{item}`" for item, spec in assignment.items.items() if not spec.device_check]
     return f" ({', '.join(items)}: checked on the CPU only.)" if items else ""
 

@@ -102,8 +102,9 @@ def header(line: bytes | str) -> tuple[dict[str, Any], int]:
 
 def carried(t: torch.Tensor) -> torch.Tensor:
     """A tensor as it travels: detached, on the CPU, contiguous, its own storage (safetensors refuses shared). A
-    tensor on torch's `meta` device has no data: zeros of its shape and dtype stand in (its device travels beside)."""
-    if t.is_meta:
+    tensor on torch's `meta` device, or a fake one (the fake GPU's, sandbox/child/fake_gpu.py), has no data: zeros of
+    its shape and dtype stand in (its device travels beside)."""
+    if t.is_meta or getattr(t, "fake_mode", None) is not None:
         return torch.zeros(t.shape, dtype=t.dtype)
     return t.detach().to("cpu").contiguous().clone()
 
@@ -212,20 +213,27 @@ def from_student(v: Any, tensors: Tensors) -> Any:
 
 # --- values, the student's side ------------------------------------------------------------------
 
+def moved(value: Any, device: str) -> Any:
+    """A tensor or module on `device`: the default placement of from_grader."""
+    return value.to(device)
+
+
 def from_grader(v: Any, tensors: Tensors, objects: Objects,
-                assign_state: Callable[[torch.nn.Module, list[torch.Tensor]], object]) -> Any:
+                assign_state: Callable[[torch.nn.Module, list[torch.Tensor]], object],
+                place: Callable[[Any, str], Any] = moved) -> Any:
     """Arguments as the student's code gets them: tensors on their device (requires_grad where `grad`), modules
-    from `objects` by handle; `assign_state(module, tensors)` gives a `new` module the grader's weights."""
+    from `objects` by handle; `assign_state(module, tensors)` gives a `new` module the grader's weights, and
+    `place(tensor or module, device)` puts each on its device (the fake GPU's own, sandbox/child/fake_gpu.py)."""
     if isinstance(v, dict):
         if TENSOR in v:
-            t = tensors[v[TENSOR]].to(v.get(DEVICE, "cpu"))
+            t = place(tensors[v[TENSOR]], v.get(DEVICE, "cpu"))
             return t.requires_grad_(True) if v.get("grad") else t
         if TUPLE in v:
-            return tuple(from_grader(x, tensors, objects, assign_state) for x in v[TUPLE])
+            return tuple(from_grader(x, tensors, objects, assign_state, place) for x in v[TUPLE])
         if LIST in v:
-            return [from_grader(x, tensors, objects, assign_state) for x in v[LIST]]
+            return [from_grader(x, tensors, objects, assign_state, place) for x in v[LIST]]
         if DICT in v:
-            return {k: from_grader(x, tensors, objects, assign_state) for k, x in v[DICT].items()}
+            return {k: from_grader(x, tensors, objects, assign_state, place) for k, x in v[DICT].items()}
         if HANDLE in v:
             return objects[v[HANDLE]]
         if GENERATOR in v:
@@ -235,12 +243,12 @@ def from_grader(v: Any, tensors: Tensors, objects: Objects,
         if DEVICE in v:
             return torch.device(v[DEVICE])
         if NEW in v:  # a fresh PyTorch module built by the protocol, e.g. an nn.MultiheadAttention
-            args = from_grader(v.get("args", {LIST: []}), tensors, objects, assign_state)
-            kwargs = from_grader(v.get("kwargs", {DICT: {}}), tensors, objects, assign_state)
+            args = from_grader(v.get("args", {LIST: []}), tensors, objects, assign_state, place)
+            kwargs = from_grader(v.get("kwargs", {DICT: {}}), tensors, objects, assign_state, place)
             mod = getattr(torch.nn, v[NEW])(*args, **kwargs)
             if v.get("state"):
                 assign_state(mod, [tensors[k] for k in v["state"]])
-            return mod.to(v.get("to", "cpu"))
+            return place(mod, v.get("to", "cpu"))
     return v
 
 

@@ -41,7 +41,7 @@ PLANTED = {
 }
 
 # The checks that catch each planted mistake: exactly these fail, every other check passes. A tensor made on the CPU
-# inside the item is caught by the shapes check's second run, on torch's meta device, alone.
+# inside the item is caught by the shapes check's second run, on the fake GPU (torch's FakeTensorMode as cuda), alone.
 CATCHES = {
     "layer_norm": {"unbiased_variance": {"values"}, "no_weight_and_bias": {"values"}, "ones_on_the_cpu": {"shapes"}},
     "RMSNorm": {"no_root": {"values"}, "sum_not_mean": {"values"}, "ones_on_the_cpu": {"shapes"}},

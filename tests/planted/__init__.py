@@ -21,8 +21,8 @@ def attach_catches(planted, catches):
 
 def add_slips(planted, catches, slips):
     """Add each item's slips, {item: {name: (variant, kinds)}}, to its planted mistakes and their catch sets: a
-    shape slip, or a device slip (a tensor made on the CPU inside the item: only the shapes check's run on torch's
-    meta device catches it, grading/device_check.py).
+    shape slip, or a device slip (a tensor made on the CPU inside the item: only the shapes check's run on a
+    fake GPU catches it, grading/device_check.py).
 
     Every shapes check gets at least one mistake it must catch: the planted rounds assert the exact set of checks
     that fail, so a shapes check that did nothing would show there even where values catches the slip as well.

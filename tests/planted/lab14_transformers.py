@@ -12,6 +12,12 @@ PLANTED = {
                                      "weights = torch.softmax(scores, dim=-2)\n        return"),
             "mask_convention_flipped": ("scores = scores.masked_fill(~allowed, float(\"-inf\"))",
                                         "scores = scores.masked_fill(allowed, float(\"-inf\"))"),
+            # a 0/1 number mask read as PyTorch's additive float attn_mask: wrong only where a mask is not bool
+            "number_mask_added_to_the_scores": ("    allowed = mask != 0  # bool whatever the mask's dtype",
+                                                "    if mask.dtype != torch.bool:\n"
+                                                "        weights = torch.softmax(scores + mask, dim=-1)\n"
+                                                "        return weights @ V, weights\n"
+                                                "    allowed = mask != 0  # bool whatever the mask's dtype"),
             # the right weights, cut off from the graph (for plotting): no gradient reaches Q or K
             "weights_detached": ("weights = torch.softmax(scores, dim=-1)\n        return",
                                  "weights = torch.softmax(scores, dim=-1).detach()\n        return"),
@@ -131,6 +137,9 @@ PLANTED = {
                                     "logits = self.head(self.norm(h)[:, -1])"),
             "no_positional_encoding": ("h = self.pos_enc(torch.cat([cls, h], dim=1))",
                                        "h = torch.cat([cls, h], dim=1)"),
+            # an embedding dropout with F.dropout, whose training defaults to True: on in eval mode too
+            "dropout_on_in_eval": ("h = self.pos_enc(torch.cat([cls, h], dim=1))",
+                                   "h = F.dropout(self.pos_enc(torch.cat([cls, h], dim=1)), self.blocks[0].dropout.p)"),
         },
         "right": {
             "cls_appended_by_repeat": None,  # filled below: the reference with a different but equal CLS expansion
@@ -155,6 +164,7 @@ TRAINING_NOT_PLANTED = {}
 CATCHES = {
     "scaled_dot_product_attention": {
         "mask_convention_flipped": {"values", "gradients"},
+        "number_mask_added_to_the_scores": {"values"},
         "no_sqrt_scale": {"values", "gradients"},
         "softmax_over_queries": {"values", "gradients"},
         "weights_detached": {"gradients"},
@@ -179,6 +189,7 @@ CATCHES = {
         "marker_at_the_end": {"properties"},
     },
     "TransformerClassifier": {
+        "dropout_on_in_eval": {"values"},
         "no_positional_encoding": {"values"},
         "reads_last_position": {"values"},
     },
@@ -200,8 +211,17 @@ SHAPE_SLIPS = {
 }
 add_slips(PLANTED, CATCHES, SHAPE_SLIPS)
 # Device slips: a tensor made on the CPU inside the item, which crashes once the inputs are on a GPU. Only the shapes
-# check's second run, with every input on torch's meta device, catches it on a CPU grader (see add_slips).
+# check's second run, with every input on a fake GPU, catches it on a CPU grader (see add_slips).
 DEVICE_SLIPS = {
+    # a .cpu() round trip, a CPU weight in a linear layer, a CPU index: each passes on meta, fails on the fake GPU
+    "PositionalEncoding": {"table_read_on_the_cpu": (
+        ("self.pe[0, :S].to(dtype=x.dtype, device=x.device)", "self.pe[0, :S].cpu().to(dtype=x.dtype)"), {"shapes"}),
+                           "positions_indexed_on_the_cpu": (
+        ("self.pe[0, :S].to(dtype=x.dtype, device=x.device)",
+         "self.pe[0].index_select(0, torch.arange(S)).to(dtype=x.dtype)"), {"shapes"})},
+    "manual_multihead": {"projection_weight_on_the_cpu": (
+        ("F.linear(x, mha.in_proj_weight, mha.in_proj_bias)",
+         "F.linear(x, mha.in_proj_weight.cpu(), mha.in_proj_bias)"), {"shapes"})},
     "scaled_dot_product_attention": {"scale_as_a_cpu_tensor": (  # a 1-element CPU tensor is no scalar
         ("/ math.sqrt(d_k)", "/ torch.sqrt(torch.tensor([d_k], dtype=Q.dtype))"), {"shapes"})},
 }
@@ -211,15 +231,13 @@ EDGE_SLIPS = {
     "scaled_dot_product_attention": {"no_open_key_gives_nan": (
         ("    scores = scores.masked_fill(empty, 0.0)\n"
          "    weights = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)",
-         "    weights = torch.softmax(scores, dim=-1)"), {"values"})},
+         "    weights = torch.softmax(scores, dim=-1)"), {"properties"})},
 }
 add_slips(PLANTED, CATCHES, EDGE_SLIPS)
 attach_catches(PLANTED, CATCHES)
 
 # Checks that no planted mistake above fails on its own, and why; the meta-test wants this list to shrink.
 NOT_ISOLATED = {
-    ("manual_multihead", "shapes"): SHAPES_TODO,
-    ("PositionalEncoding", "shapes"): SHAPES_TODO,
     ("PositionalEncoding", "values"): OVERLAP_TODO,
     ("EncoderBlock", "shapes"): SHAPES_TODO,
     ("make_memory_dataset", "shapes"): SHAPES_TODO,

@@ -654,8 +654,17 @@ SHAPE_SLIPS = {
 }
 add_slips(PLANTED, CATCHES, SHAPE_SLIPS)
 # Device slips: a tensor made on the CPU inside the item, which crashes once the inputs are on a GPU. Only the shapes
-# check's second run, with every input on torch's meta device, catches it on a CPU grader (see add_slips).
+# check's second run, with every input on a fake GPU, catches it on a CPU grader (see add_slips).
 DEVICE_SLIPS = {
+    # a .cpu() round trip, a CPU tensor in a matrix product, a CPU index: each passes on meta, fails on the fake GPU
+    "score_cosine": {"norms_taken_to_the_cpu": (
+        ("H_norm = H.norm(dim=-1).clamp(min=1e-8)", "H_norm = H.norm(dim=-1).cpu().clamp(min=1e-8)"), {"shapes"})},
+    "score_additive": {"v_a_on_the_cpu": (
+        ("return torch.tanh(pre) @ v_a", "return torch.tanh(pre) @ v_a.cpu()"), {"shapes"})},
+    "unroll_annotations": {"index_made_on_the_cpu": (
+        ("return volume.flatten(-2).transpose(-1, -2)",
+         "return volume.flatten(-2).index_select(-1, torch.arange(volume.shape[-2] * volume.shape[-1]))"
+         ".transpose(-1, -2)"), {"shapes"})},
     "local_attention": {"positions_on_the_cpu": (  # torch.arange(T) without a device is on the CPU
         ("pos = torch.arange(T, device=alpha.device)", "pos = torch.arange(T)"), {"shapes"})},
 }
@@ -686,13 +695,10 @@ NOT_ISOLATED = {
     ("score_dot", "values"): OVERLAP_TODO,
     ("score_scaled", "shapes"): SHAPES_TODO,
     ("score_general", "shapes"): SHAPES_TODO,
-    ("score_cosine", "shapes"): SHAPES_TODO,
-    ("score_additive", "shapes"): SHAPES_TODO,
     ("alpha_location", "shapes"): SHAPES_TODO,
     ("alpha_location", "values"): OVERLAP_TODO,
     ("attention_context", "shapes"): SHAPES_TODO,
     ("attention_context", "values"): OVERLAP_TODO,
-    ("unroll_annotations", "shapes"): SHAPES_TODO,
     ("spatial_attention", "shapes"): SHAPES_TODO,
     ("hard_attention", "shapes"): SHAPES_TODO,
     ("local_attention", "values"): OVERLAP_TODO,

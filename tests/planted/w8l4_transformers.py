@@ -468,8 +468,16 @@ SHAPE_SLIPS = {
 }
 add_slips(PLANTED, CATCHES, SHAPE_SLIPS)
 # Device slips: a tensor made on the CPU inside the item, which crashes once the inputs are on a GPU. Only the shapes
-# check's second run, with every input on torch's meta device, catches it on a CPU grader (see add_slips).
+# check's second run, with every input on a fake GPU, catches it on a CPU grader (see add_slips).
 DEVICE_SLIPS = {
+    # a CPU BOS column fed to an embedding, a .cpu() round trip, a CPU weight in a linear layer: each passes on meta,
+    # fails on the fake GPU
+    "greedy_decode": {"bos_column_on_the_cpu": (
+        ("BOS, dtype=torch.long, device=src.device)", "BOS, dtype=torch.long)"), {"shapes"}),
+                      "next_token_taken_to_the_cpu": (
+        ("argmax(dim=-1, keepdim=True)", "argmax(dim=-1, keepdim=True).cpu()"), {"shapes"})},
+    "MultiHeadAttention": {"output_weight_on_the_cpu": (
+        ("return self.WO(z), A", "return F.linear(z, self.WO.weight.cpu(), self.WO.bias), A"), {"shapes"})},
     "Transformer": {"causal_mask_on_the_cpu": (  # causal_mask(T) without its device makes the mask on the CPU
         ("mask = causal_mask(T, device=tgt_in.device)", "mask = causal_mask(T)"), {"shapes"})},
     "causal_mask": {"device_ignored": (  # the mask is made on the CPU whatever device it is asked for
@@ -488,7 +496,6 @@ attach_catches(PLANTED, CATCHES)
 NOT_ISOLATED = {
     ("attention", "shapes"): SHAPES_TODO,
     ("attention", "values"): OVERLAP_TODO,
-    ("MultiHeadAttention", "shapes"): SHAPES_TODO,
     ("MultiHeadAttention", "values"): OVERLAP_TODO,
     ("positional_encoding", "shapes"): SHAPES_TODO,
     ("positional_encoding", "values"): "a wrong formula is wrong for odd widths too, so the odd-d_emb properties "
@@ -501,5 +508,4 @@ NOT_ISOLATED = {
     ("DecoderLayer", "shapes"): SHAPES_TODO,
     ("DecoderLayer", "properties"): OVERLAP_TODO,
     ("make_batch", "shapes"): SHAPES_TODO,
-    ("greedy_decode", "shapes"): SHAPES_TODO,
 }

@@ -66,7 +66,7 @@ def by_name(results):
     return {t["name"]: (t["score"], t["max_score"], t["output"]) for t in results["tests"]}
 
 
-SCORED = passing("PositionalEncoding", "values", "properties") + '''
+SCORED = passing("PositionalEncoding", "values", "properties") + passing(SDPA, "properties") + '''
 
 @pytest.mark.item(SDPA, "shapes")
 def test_shapes(student, rng):
@@ -100,13 +100,14 @@ def test_each_check_scores_its_points_and_the_students_failures_say_why(grade):
     tests = by_name(results)
     # course.yaml's items and check order, only the items -k selected
     assert list(tests) == [f"{SDPA}: exists", f"{SDPA}: shapes", f"{SDPA}: values", f"{SDPA}: gradients",
-                           "PositionalEncoding: exists", "PositionalEncoding: shapes", "PositionalEncoding: values",
+                           f"{SDPA}: properties", "PositionalEncoding: exists", "PositionalEncoding: shapes",
+                           "PositionalEncoding: values",
                            "PositionalEncoding: properties"]
     assert tests[f"{SDPA}: exists"] == (1, 1, f"'{SDPA}' exists with signature (Q, K, V, mask=None)")
     assert tests[f"{SDPA}: shapes"] == (1, 1, "ok")
     # a parametrized check scores only when every case passes; the failed case is named, with what was printed
     score, max_score, output = tests[f"{SDPA}: values"]
-    assert (score, max_score) == (0, 2)
+    assert (score, max_score) == (0, 1)
     assert output.startswith(f"max |{SDPA} - the reference| = 1 at index (0, ") and \
         "(tolerance 1e-05) (case: shift 1)" in output, output
     assert output.endswith("\nprinted: called")
@@ -123,13 +124,13 @@ def test_each_check_scores_its_points_and_the_students_failures_say_why(grade):
     for kind in ("values", "properties"):
         assert tests[f"PositionalEncoding: {kind}"] == \
             (0, 1, f"not checked: 'PositionalEncoding' ran out of its {limit:g} s time limit")
-    assert (results["score"], results["max_score"]) == (3, 9)
-    result.assert_outcomes(passed=4, failed=3, skipped=2)
-    result.stdout.fnmatch_lines([f"*{AID}: 3 / 9 points*"])
+    assert (results["score"], results["max_score"]) == (4, 9)
+    result.assert_outcomes(passed=5, failed=3, skipped=2)
+    result.stdout.fnmatch_lines([f"*{AID}: 4 / 9 points*"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-RULES = (passing(SDPA, "shapes", "gradients") + passing("manual_multihead", "shapes", "values")
+RULES = (passing(SDPA, "shapes", "gradients", "properties") + passing("manual_multihead", "shapes", "values")
          + passing("PositionalEncoding", "shapes", "values", "properties")
          + passing("EncoderBlock", "values", "properties") + '''
 
@@ -152,8 +153,9 @@ def test_a_stub_an_oracle_used_or_a_wrong_signature_zeroes_the_whole_item(grade)
     tests = by_name(results)
     # a check that raised NotImplementedError: every check of the item scores 0, those that passed included
     stub = f"'{SDPA}' is not implemented yet (it raises NotImplementedError)"
-    assert {k: tests[f"{SDPA}: {k}"] for k in ("exists", "shapes", "values", "gradients")} == \
-        {"exists": (0, 1, stub), "shapes": (0, 1, stub), "values": (0, 2, stub), "gradients": (0, 1, stub)}
+    assert {k: tests[f"{SDPA}: {k}"] for k in ("exists", "shapes", "values", "gradients", "properties")} == \
+        {"exists": (0, 1, stub), "shapes": (0, 1, stub), "values": (0, 1, stub), "gradients": (0, 1, stub),
+         "properties": (0, 1, stub)}
     # a from-scratch item whose cell names its oracle: every check 0, none of them run
     for kind in ("exists", "shapes", "values"):
         score, _, output = tests[f"manual_multihead: {kind}"]
@@ -182,7 +184,7 @@ def test_a_stub_an_oracle_used_or_a_wrong_signature_zeroes_the_whole_item(grade)
      "SandboxFailure"),  # the grader's own side of the sandbox
 ], ids=["suite_bug", "error_before_asking", "grader_side_of_the_sandbox"])
 def test_a_suite_that_breaks_is_a_grader_failure_and_scores_nobody(grade, body, cause):
-    suite = passing(SDPA, "values", "gradients") + \
+    suite = passing(SDPA, "values", "gradients", "properties") + \
         f"\n\n@pytest.mark.item(SDPA, 'shapes')\ndef test_shapes(student):\n    {body}\n"
     result, results = grade(suite, "lab14_answers.ipynb")
     assert result.ret == GRADER_FAILED and results is None, result.stdout.str()[-3000:]
@@ -197,24 +199,25 @@ def test_a_check_course_yaml_pays_for_that_the_suite_lacks_is_a_grader_failure(g
 
 
 def test_an_unreadable_notebook_scores_every_check_zero_with_the_reason(grade):
-    result, results = grade(passing(SDPA, "shapes", "values", "gradients"), "truncated.ipynb")
+    result, results = grade(passing(SDPA, "shapes", "values", "gradients", "properties"), "truncated.ipynb")
     assert result.ret != GRADER_FAILED and results is not None, result.stdout.str()[-3000:]
     assert results["output"].startswith("truncated.ipynb is not a readable notebook (JSONDecodeError")
-    assert [(t["score"], t["output"]) for t in results["tests"]] == [(0, f"not checked: {results['output']}")] * 4
+    assert [(t["score"], t["output"]) for t in results["tests"]] == [(0, f"not checked: {results['output']}")] * 5
     assert results["max_score"] == 5 and results["extra_data"]["isolation"] == "none"  # no sandbox was started
-    result.assert_outcomes(skipped=4)
+    result.assert_outcomes(skipped=5)
 
 
 @pytest.mark.parametrize("marks, says", [
     # pytest runs pytest_collection_finish after the UsageError: the plugin must not read the missing marker there
     ("", "test_suite.py::test_unmarked has no @pytest.mark.item(name, kind): every test of a suite scores one check"),
-    (f"@pytest.mark.item('{SDPA}', 'properties')",
-     f"course.yaml gives no points to 'properties' of '{SDPA}' in {AID} (exists is the plugin's own check)"),
+    (f"@pytest.mark.item('{SDPA}', 'experiment')",
+     f"course.yaml gives no points to 'experiment' of '{SDPA}' in {AID} (exists is the plugin's own check)"),
     (f"@pytest.mark.item('{SDPA}', 'exists')", f"course.yaml gives no points to 'exists' of '{SDPA}'"),
     ("@pytest.mark.item('attention', 'values')", "course.yaml gives no points to 'values' of 'attention'"),
 ], ids=["unmarked", "kind_without_points", "exists", "unknown_item"])
 def test_a_suite_that_does_not_fit_course_yaml_is_a_usage_error(grade, marks, says):
-    suite = passing(SDPA, "shapes", "values", "gradients") + f"\n\n{marks}\ndef test_unmarked(student):\n    pass\n"
+    suite = passing(SDPA, "shapes", "values", "gradients", "properties") + \
+        f"\n\n{marks}\ndef test_unmarked(student):\n    pass\n"
     result, results = grade(suite, "lab14_answers.ipynb")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and results is None
     assert says in result.stderr.str(), result.stderr.str()

@@ -243,8 +243,8 @@ def test_the_student_side_is_its_own_package_not_the_graders():
               "entry.load()\n"
               "print(sorted(m for m in sys.modules if m.startswith(('autograder', 'course_'))))\n")
     out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd="/", check=True)
-    loaded = ["course_child", "course_child.helpers", "course_child.isolation", "course_child.monitor",
-              "course_child.server", "course_child.tripwire"]
+    loaded = ["course_child", "course_child.fake_gpu", "course_child.helpers", "course_child.isolation",
+              "course_child.monitor", "course_child.server", "course_child.tripwire"]
     assert out.stdout.strip() == str(loaded), out.stdout
 
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 FOLDER = os.path.dirname(os.path.abspath(__file__))
-MODULES = ("helpers", "tripwire", "server", "isolation", "monitor")
+MODULES = ("helpers", "tripwire", "fake_gpu", "server", "isolation", "monitor")
 
 
 def load(name="course_child"):

@@ -9,7 +9,7 @@ import os
 import sys
 import traceback
 
-from . import helpers
+from . import fake_gpu, helpers
 from .isolation import CLONE_NEWPID, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, enter_sandbox, enter_user_namespace, libc
 from .server import Server
 
@@ -203,6 +203,7 @@ def zygote(control_fd, import_path=None):
     for name in PRELOAD:  # what notebooks' setup cells import: loaded once here instead of in every sandbox
         with contextlib.suppress(Exception):  # optional: a missing package is the notebook's own business
             __import__(name)
+    fake_gpu.warm()  # the fake GPU's first use imports torch._dynamo and sympy: once here, not in every sandbox
     imported()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)       # monitors are reaped by the kernel
     sock = socket.socket(fileno=control_fd)

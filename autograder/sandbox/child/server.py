@@ -6,6 +6,7 @@ processes end with its answer.
 import builtins
 import errno
 import json
+import linecache
 import os
 import sys
 import traceback
@@ -73,6 +74,7 @@ class Server:
         self.tripwire = Tripwire(torch)
         self.tripwire.configure(cfg.get("tripwire"))  # given with the sandbox: watched before any cell loads
         self.blob = b""
+        self.fake_gpu = None  # fake_gpu.FakeGPU, made at the first request that asks for it
 
     # --- transport -------------------------------------------------------------------------------
     def send(self, msg, blob=b""):
@@ -163,13 +165,27 @@ class Server:
     def load_tensors(self):
         return helpers.PROTOCOL.unpack(self.blob)
 
-    def decode(self, v, tensors):
-        return helpers.PROTOCOL.from_grader(v, tensors, self.objects, self.assign_state)
+    def decode(self, v, tensors, place=None):
+        return helpers.PROTOCOL.from_grader(v, tensors, self.objects, self.assign_state,
+                                            place or helpers.PROTOCOL.moved)
 
     def arguments(self, msg, tensors):
         """(args, kwargs) of a call or a construction, decoded."""
-        return (self.decode({helpers.PROTOCOL.LIST: msg.get("args", [])}, tensors),
-                self.decode({helpers.PROTOCOL.DICT: msg.get("kwargs", {})}, tensors))
+        place = self.fake().place if msg.get("fake_gpu") else None
+        return (self.decode({helpers.PROTOCOL.LIST: msg.get("args", [])}, tensors, place),
+                self.decode({helpers.PROTOCOL.DICT: msg.get("kwargs", {})}, tensors, place))
+
+    def fake(self):
+        """The sandbox's fake GPU (fake_gpu.py), made once."""
+        if self.fake_gpu is None:
+            from .fake_gpu import FakeGPU
+            self.fake_gpu = FakeGPU()
+        return self.fake_gpu
+
+    def on_device(self, msg):
+        """Where a request's student code runs: inside the fake GPU when the request asks for it."""
+        import contextlib
+        return self.fake().running(msg.get("item", "")) if msg.get("fake_gpu") else contextlib.nullcontext()
 
     def reply(self, value, msg):
         tensors = {}
@@ -200,7 +216,10 @@ class Server:
         for grade_id, source in msg["cells"]:
             self.send({"progress": grade_id})
             try:
-                exec(compile(as_python(source), f"<cell {grade_id}>", "exec"), self.ns)
+                code = as_python(source)
+                # its lines, for the fake GPU's messages (fake_gpu.told) to quote
+                linecache.cache[f"<cell {grade_id}>"] = (len(code), None, code.splitlines(True), f"<cell {grade_id}>")
+                exec(compile(code, f"<cell {grade_id}>", "exec"), self.ns)
                 restore_builtins()
                 results.append([grade_id, ""])
             except BaseException as e:  # noqa: BLE001
@@ -220,13 +239,17 @@ class Server:
     def op_call(self, msg):
         """Call a function or method of the student's on the grader's arguments (and backward, with `grad`)."""
         torch = self.torch
-        fn, args, kwargs, tensors = self.prepared(msg)
         try:
             grad = msg.get("grad")
             # a student's backward counts too
-            with self.tripwire.checking(msg.get("watch", [])) as watched, \
+            with self.on_device(msg), self.tripwire.checking(msg.get("watch", [])) as watched, \
                     torch.enable_grad() if grad else torch.no_grad():
+                fn, args, kwargs, tensors = self.prepared(msg)
                 value = fn(*args, **kwargs)
+                if msg.get("fake_gpu"):
+                    self.fake().check_returned(value, fn, args, kwargs)
+                if grad and msg.get("fake_gpu"):  # torch's autograd engine asks the CUDA driver for the device
+                    raise StudentError("the fake GPU runs no backward pass: no verdict on devices there")
                 if grad:
                     value = self.backward(value, args, grad, tensors)
         finally:
@@ -249,14 +272,15 @@ class Server:
     def op_new(self, msg):
         """An instance of the student's class, built on the grader's arguments and seed, kept by handle."""
         torch = self.torch
-        cls, args, kwargs, _ = self.prepared(msg)
         try:
-            with self.tripwire.checking(msg.get("watch", [])) as watched:
+            with self.on_device(msg), self.tripwire.checking(msg.get("watch", [])) as watched:
+                cls, args, kwargs, _ = self.prepared(msg)
                 obj = cls(*args, **kwargs)
         finally:
             restore_builtins()
         if isinstance(obj, torch.nn.Module):
-            obj = obj.to(msg.get("device", "cpu"))
+            place = self.fake().place if msg.get("fake_gpu") else helpers.PROTOCOL.moved
+            obj = place(obj, msg.get("device", "cpu"))
         return self.watched_reply(obj, msg, watched)
 
     def watched_reply(self, value, msg, watched):
@@ -276,7 +300,8 @@ class Server:
     def op_load_state(self, msg):
         """Copy the grader's tensors into a module's state, by order and shape."""
         tensors = self.load_tensors()
-        self.assign_state(self.objects[msg["handle"]], [tensors[k] for k in msg["keys"]])
+        with self.on_device(msg):
+            self.assign_state(self.objects[msg["handle"]], [tensors[k] for k in msg["keys"]])
         return {"value": None}
 
     def op_attr(self, msg):
@@ -349,7 +374,9 @@ def describe(e, student_frames_only=False):
         frames = traceback.extract_tb(e.__traceback__)
         where = [f for f in frames if f.filename.startswith("<cell ")] if student_frames_only else frames
         loc = ""
-        if where:
+        if getattr(e, "student_line", None):  # fake_gpu.DeviceMismatch: where the stray tensor was made, not used
+            loc = f" ({e.student_line[0]}, line {e.student_line[1]})"
+        elif where:
             f = where[-1]
             loc = f" ({f.filename[1:-1]}, line {f.lineno})"
         elif isinstance(e, SyntaxError) and e.filename:
