@@ -16,16 +16,19 @@ from tests.planted import planted, variant_source
 
 pytestmark = [pytest.mark.grading, pytest.mark.experiment]
 AID = "w8l4_transformers"  # two graded experiments, both after every check
-STEPS = 40  # short runs: each misses its threshold, and the planted mistake's item is regraded with the reference
+# Short runs on one seed: each misses its threshold, and the planted mistake's item is regraded with the reference.
+# What is checked is the mechanism (order, overlap, sandboxes, equal results), not a figure: a second seed (tried when
+# the first came close) and more steps only add training to both gradings.
+STEPS = 10
 
 
 def short_course(folder):
-    """course.yaml with w8l4's experiments cut to STEPS steps (a file COURSE_CONFIG names)."""
+    """course.yaml with w8l4's experiments cut to STEPS steps on their first seed (a file COURSE_CONFIG names)."""
     course = load_course()
     raw = yaml.safe_load(Path(course.path).read_text())
     raw["data"]["mnist_dir"] = str(course.mnist_dir)
     for exp in raw["assignments"][AID]["experiments"].values():
-        exp["steps"] = STEPS
+        exp["steps"], exp["seeds"] = STEPS, exp["seeds"][:1]
     path = folder / "course.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))  # the experiments in their order
     return path

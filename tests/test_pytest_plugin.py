@@ -2,6 +2,7 @@
 own options work on it, and a broken suite fails the session instead of scoring anyone."""
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,8 +104,10 @@ def without_timings(result):
 
 @pytest.mark.grading
 @pytest.mark.slow
-def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp_path, graded_solutions):
-    """For the complete, the untouched release and a half-done notebook (experiments on)."""
+def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp_path, graded_solutions, pytester):
+    """For the complete, the untouched release and a half-done notebook (experiments on). The TA's command runs in
+    an interpreter of its own for the complete notebook, the one that trains; the other two sessions run in this
+    process (`session`: the same plugin, suite and options, without another interpreter importing torch)."""
     graded_solutions[AID]  # the complete example's experiments are the graded solution's, from the cache
     folder = tmp_path / "subs"
     for name in ("complete", "empty", "partly_right"):
@@ -116,20 +119,25 @@ def test_the_pytest_session_and_course_grade_give_the_same_results(examples, tmp
     by_course = {r.pop("submission"): r for r in json.loads((tmp_path / "course.json").read_text())}
     for name in ("complete", "empty", "partly_right"):
         out = tmp_path / f"{name}.json"
-        session = run("-m", "pytest", SUITE, "--submission", str(folder / name / f"{AID}.ipynb"), "--device", "cpu",
-                      "--results-json", str(out), "-p", "no:cacheprovider", "-v", "-o", "addopts=")
-        assert session.returncode == (0 if name == "complete" else 1), session.stdout[-3000:]
+        options = [SUITE, "--submission", folder / name / f"{AID}.ipynb", "--device", "cpu", "--results-json", out,
+                   "-v"]
+        if name == "complete":
+            ta = run("-m", "pytest", *map(str, options), "-p", "no:cacheprovider", "-o", "addopts=")
+            code, stdout = ta.returncode, ta.stdout
+        else:
+            code, stdout, _ = session(pytester, ROOT / SUITE, *options[1:])
+        assert code == (0 if name == "complete" else 1), stdout[-3000:]
         ours = json.loads(out.read_text())
         assert without_timings(ours) == without_timings(by_course[name]), name
-        assert f"{AID}: {ours['score']:g} / {ours['max_score']:g} points" in session.stdout
+        assert f"{AID}: {ours['score']:g} / {ours['max_score']:g} points" in stdout
         # one line per check: every check of course.yaml is a test, the experiment included, and a shapes check two
-        # (on the CPU, then on the fake GPU: grading/device_check.py)
-        lines = [line for line in session.stdout.splitlines() if line.startswith(SUITE + "::")]
+        # (on the CPU, then on the fake GPU: grading/device_check.py); a node id is relative to the session's folder
+        lines = [line for line in stdout.splitlines() if re.match(rf"\S*{re.escape(SUITE)}::", line)]
         assignment = load_course().assignment(AID)
         checks = sum(len(spec.points) for spec in assignment.items.values()) + len(assignment.experiments)
         on_fake_gpu = sum("shapes" in spec.points and spec.device_check for spec in assignment.items.values())
-        assert len(ours["tests"]) == checks and len(lines) == checks + on_fake_gpu, session.stdout[-3000:]
-        assert sum("_shapes[fake_cuda] " in line for line in lines) == on_fake_gpu, session.stdout[-3000:]
+        assert len(ours["tests"]) == checks and len(lines) == checks + on_fake_gpu, stdout[-3000:]
+        assert sum("_shapes[fake_cuda] " in line for line in lines) == on_fake_gpu, stdout[-3000:]
 
 
 @pytest.mark.grading
