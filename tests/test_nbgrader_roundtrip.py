@@ -199,6 +199,12 @@ def test_autograde_on_all_cores_or_a_dask_cluster_writes_the_gradebook_of_one_by
         for student in ("alice", "bob", "carol"):
             assert autograded_outputs(roots[parallel], aid, student) == autograded_outputs(roots[1], aid, student), \
                 (parallel, student)
+    # one student's assignment (`--student`, formgrader's Autograde button) starts no pool, whatever the workers
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", aid, "--student", "carol", "--force",
+                           "--CourseAutograde.workers=2"], cwd=roots[2], env=env, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "at once" not in log and "pre-graded result taken" not in log, log[-3000:]
+    assert gradebook_scores(roots[2], aid)["carol"] == scores["carol"]
 
 
 def test_autograde_on_a_cluster_that_does_not_answer_is_one_line_and_scores_nobody(tmp_path, generated_lab14):

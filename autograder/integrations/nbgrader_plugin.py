@@ -11,7 +11,8 @@ and RepairSubmission repairs the notebook against the release (autograder/notebo
 would grade as 0 is graded, each repair one line in the log and in the student's feedback; what cannot be repaired
 stops that student with one line saying why, before the gradebook has a score for it.
 
-In parallel: `nbgrader autograde` walks the class twice (CourseAutograde.workers, default all cores). The first
+In parallel: `nbgrader autograde` walks the class twice (CourseAutograde.workers, default all cores; one student's
+one assignment, as formgrader's Autograde button asks, is graded one by one on this machine). The first
 walk has CollectForGrading as its only autograde step: it writes each sanitised notebook as TrustedGrade would grade
 it, and scores nothing. This machine's workers (batch/run.py worker_pool, `course grade`'s) grade each one the
 moment it is written, into a results folder, so that the class is graded while nbgrader is still walking it;
@@ -79,7 +80,7 @@ class CourseAutograde(Autograde):
         where = Where(scheduler=self.scheduler) if self.scheduler else Where(workers=self.workers or _cores())
         by_hand = self.config.TrustedGrade.get("results_dir") or \
             not any(_is(pp, TrustedGrade) for pp in self.autograde_preprocessors)  # docs/CLUSTER.md's steps 1 and 3
-        if (where.workers <= 1 and not where.on_dask) or by_hand:
+        if (where.workers <= 1 and not where.on_dask) or by_hand or (self._one_submission() and not where.on_dask):
             return super().convert_notebooks()
         device = self.config.TrustedGrade.get("device", "auto")
         # this machine's workers grade each notebook the moment the collecting walk has written it; a cluster
@@ -100,6 +101,12 @@ class CourseAutograde(Autograde):
                                   sum(a == aid for a, _ in self._pregrading), aid, where.workers)
             with self._walk("take", graded):
                 return super().convert_notebooks()
+
+    def _one_submission(self):
+        """One assignment of one student was asked for (`--student S`, formgrader's Autograde button): graded in this
+        process, as one by one, instead of starting a pool whose every worker imports torch for one notebook."""
+        names = (self.coursedir.assignment_id, self.coursedir.student_id)
+        return all(name and not any(c in name for c in "*?[") for name in names)
 
     def collected(self, aid, student, notebook):
         """The collecting walk wrote `student`'s notebook: grade it now on this machine's workers, into the
