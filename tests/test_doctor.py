@@ -65,11 +65,12 @@ def test_quick_is_well_as_an_ordinary_user(clone, user, tmp):
 
 
 def test_no_mnist_and_an_unwritable_cache_are_one_fix_line_each(clone, tmp):
-    """.grader a file (the course's cache folder cannot be made), the user's cache folder under a file too."""
-    (clone / ".grader").write_text("not a folder")
+    """.grader/cache a file (the course's cache folder cannot be made; .grader holds the committed curves), the
+    user's cache folder under a file too."""
+    (clone / ".grader" / "cache").write_text("not a folder")
     (tmp / "empty").mkdir()
     run = course(clone, "doctor", "--quick", "--device", "cpu",
-                 env={"COURSE_MNIST_DIR": str(tmp / "empty"), "XDG_CACHE_HOME": str(clone / ".grader" / "x")})
+                 env={"COURSE_MNIST_DIR": str(tmp / "empty"), "XDG_CACHE_HOME": str(clone / ".grader" / "cache" / "x")})
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     items, fixes = screen(run)
     assert len(fixes) == 2, run.stdout
