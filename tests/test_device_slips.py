@@ -38,16 +38,10 @@ def graded(tmp_path, aid, batch, items=None):
     return grade_notebook(path, aid, items=items, device="cpu", experiments=False)
 
 
-def device_slips(aid):
-    """Every device slip: DEVICE_SLIPS, and DEVICE_SLIPS_PAST_SHAPES (on a path only another check's cases reach,
-    which the device run replays on the fake GPU: grading/device_check.py)."""
-    return [(item, name, variant) for table_name in ("DEVICE_SLIPS", "DEVICE_SLIPS_PAST_SHAPES")
-            for item, named in table(aid, table_name).items() for name, (variant, _) in named.items()]
-
-
-@pytest.mark.parametrize("aid", [aid for aid in AIDS if device_slips(aid)])
+@pytest.mark.parametrize("aid", [aid for aid in AIDS if table(aid, "DEVICE_SLIPS")])
 def test_every_device_slip_loses_its_shapes_check_naming_the_device_and_its_line_and_nothing_else(tmp_path, aid):
-    slips = device_slips(aid)
+    slips = [(item, name, variant) for item, named in table(aid, "DEVICE_SLIPS").items()
+             for name, (variant, _) in named.items()]
     kinds = {"cpu()": 0, "made": 0}
     deps = dependents(aid)
     for k, batch in enumerate(packed(aid, slips)):

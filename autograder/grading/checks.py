@@ -5,10 +5,8 @@ tolerances, the oracles two assignments share, and the named mistakes of the pub
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,21 +27,6 @@ class Fail(Exception):
     """A check failed; the message is what the student reads."""
 
 
-# False while the fake GPU's device run replays an item's other checks (grading/device_check.py): their answers there
-# are zeros, so the checkers below judge nothing and the student's code runs through every case
-JUDGING_VALUES = contextvars.ContextVar("judging_values", default=True)
-
-
-@contextlib.contextmanager
-def devices_only() -> Iterator[None]:
-    """The checkers pass whatever comes back (check_tuple still unpacks): only the student's code raising counts."""
-    token = JUDGING_VALUES.set(False)
-    try:
-        yield
-    finally:
-        JUDGING_VALUES.reset(token)
-
-
 def describe(v: Any) -> str:
     if isinstance(v, torch.Tensor):
         return f"a tensor of shape {tuple(v.shape)}"
@@ -53,8 +36,6 @@ def describe(v: Any) -> str:
 
 
 def check_true(cond: object, message: str) -> None:
-    if not JUDGING_VALUES.get():
-        return
     if not cond:
         raise Fail(message)
 
@@ -68,8 +49,6 @@ def check_tuple(name: str, length: int, got: Any) -> tuple | list:
 
 def check_tensor(name: str, ref: torch.Tensor, got: Any, dtype: bool = True, device: str | None = None) -> None:
     """`got` is a tensor with ref's shape (and dtype, and device when given)."""
-    if not JUDGING_VALUES.get():
-        return
     if not isinstance(got, torch.Tensor):
         raise Fail(f"'{name}' is {describe(got)}, expected a tensor of shape {tuple(ref.shape)}")
     check_shape(name, ref, got)
@@ -80,8 +59,6 @@ def check_tensor(name: str, ref: torch.Tensor, got: Any, dtype: bool = True, dev
 
 
 def check_shape(name: str, ref: torch.Tensor | Sequence[int], got: Any) -> None:
-    if not JUDGING_VALUES.get():
-        return
     ref_shape = tuple(ref.shape) if isinstance(ref, torch.Tensor) else tuple(ref)
     if tuple(got.shape) != ref_shape:
         raise Fail(f"'{name}' has shape {tuple(got.shape)}, expected {ref_shape}")
@@ -89,8 +66,6 @@ def check_shape(name: str, ref: torch.Tensor | Sequence[int], got: Any) -> None:
 
 def check_device(name: str, ref: str | torch.device, got: Any) -> None:
     """The student's tensor stayed on the input's device (cpu, cuda)."""
-    if not JUDGING_VALUES.get():
-        return
     got_dev = getattr(got, "student_device", "cpu")
     if got_dev.split(":")[0] != str(ref).split(":")[0]:
         raise Fail(f"'{name}' is on {got_dev}, expected {ref} (the input's device)")
@@ -111,8 +86,6 @@ def check_close(name: str, ref: torch.Tensor, got: Any, atol: float = 1e-5, rtol
     `mistakes` maps a hint (public_checks.SCALE_MISSING, ...) to what the oracle gives when run the mistaken way;
     the message ends with the hint of the one `got` reproduces.
     """
-    if not JUDGING_VALUES.get():
-        return
     check_tensor(name, ref, got, dtype=False)
     ref64, got64 = ref.detach().double(), got.detach().double()
     if not torch.isfinite(got64).all() and torch.isfinite(ref64).all():
@@ -132,8 +105,6 @@ def check_close(name: str, ref: torch.Tensor, got: Any, atol: float = 1e-5, rtol
 
 
 def check_number(name: str, ref: float, got: Any, tol: float = 1e-6) -> None:
-    if not JUDGING_VALUES.get():
-        return
     if not isinstance(got, (int, float)) or isinstance(got, bool):
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()

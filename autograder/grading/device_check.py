@@ -14,15 +14,8 @@ of a CUDA tensor uses passes, as on CUDA; a CPU tensor indexed by a CUDA index p
 (a gap of the fake kernels). What comes back from the fake GPU has no values (protocol.carried sends zeros in their
 place): that run checks shapes, dtypes and devices only, which is all a shapes check looks at.
 
-The run is the item's one device check: its shapes check's cases, then every student call of the item's values,
-gradients and properties checks replayed there (`replay`), so that a slip on a path only those cases reach (a mask
-branch, an unbatched input, an option the shapes cases never pass) is caught too. The replay judges devices only:
-what comes back is zeros, so the checkers pass whatever they are given (checks.devices_only), and a check that stops
-on its zeros (a Fail, the suite's own arithmetic) or on the student's code raising anything but a mixing of devices
-says nothing there. A device slip costs that one point, the shapes check's, whichever case found it: a mistake is
-counted once. The device run comes last among its item's checks (plugin.py orders them), so the replay spends only
-the time the CPU checks left of the item's limit; a replay that runs out of it, or crashes its sandbox, stops with
-no verdict (a TA note) and costs nothing.
+The run is the item's shapes check's (its main cases), not every check's: a device slip costs that one point, as a
+mistake is counted once, and the values, gradients and properties cases are not run a second time.
 
 It replaces a run on torch's meta device, which let a `.cpu()` round trip ("Cannot copy out of meta tensor": no
 verdict) and a CPU tensor in a matrix product, linear layer, embedding or index through (meta checks no devices
@@ -37,22 +30,17 @@ check cannot run there at all (it reads values: a trained model's error, packing
 CPU only; an item the fake GPU gave no verdict on gets a note for the TA (DeviceCheck.notes), and the reference may
 have none (tests/test_grading.py).
 """
-import inspect
-
 import pytest
-import torch
 
 from autograder.course.config import load_course
-from autograder.grading.checks import devices_only
 from autograder.notebooks.public_checks import MIXED_DEVICES
-from autograder.sandbox.grader_side import SandboxFailure, StudentRaised
+from autograder.sandbox.grader_side import StudentRaised
 
 CHECKS_DEVICE = "cpu"    # where values, gradients and properties are checked, on every grader
 OTHER_DEVICE = "cuda"    # where the shapes check runs a second time: a fake GPU (sandbox/child/fake_gpu.py)
 NO_VERDICT = "no verdict on devices: the fake GPU could not run"  # a TA note's words (DeviceCheck.notes)
 ON_OTHER_DEVICE = ("every input on a fake GPU (cuda, torch's FakeTensorMode, on every grader): a tensor the item "
                    "creates goes on its inputs' device (device=x.device)")
-REPLAYED = ("values", "gradients", "properties")  # the check kinds whose student calls the device run replays
 
 
 class DeviceCheck:
@@ -62,9 +50,8 @@ class DeviceCheck:
     error that stopped it: on the reference solution, such an item belongs in course.yaml with `device_check: false`
     and that reason (tests/test_grading.py holds the references to it)."""
 
-    def __init__(self, notes=None, seed_of=None):
+    def __init__(self, notes=None):
         self.notes = notes if notes is not None else []
-        self.seed_of = seed_of or (lambda item, kind: 0)  # (item, kind) -> that check's seed (scoring.seed_for)
 
     def pytest_generate_tests(self, metafunc):
         marker = metafunc.definition.get_closest_marker("item")
@@ -77,57 +64,20 @@ class DeviceCheck:
             metafunc.parametrize("student", [CHECKS_DEVICE, OTHER_DEVICE], indirect=True,
                                  ids=[CHECKS_DEVICE, "fake_cuda"])
 
+
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem):
         """The fake GPU's run judges devices only: an error of the student's code there that is no mixing of devices
         (an op without a fake kernel, `.item()`, data-dependent shapes) passes, since the CPU run of the same cases
-        judged the rest. Then the item's other checks' calls are replayed there (module doc)."""
-        on_gpu = placement_of(pyfuncitem) == OTHER_DEVICE
+        judged the rest."""
         try:
-            result = yield
+            return (yield)
         except StudentRaised as e:
-            if not on_gpu or MIXED_DEVICES.search(str(e)):
+            if placement_of(pyfuncitem) != OTHER_DEVICE or MIXED_DEVICES.search(str(e)):
                 raise
-            self.no_verdict(pyfuncitem, e)
-            result = True
-        if on_gpu:
-            self.replay(pyfuncitem)
-        return result
-
-    def no_verdict(self, test, e, where=""):
-        item = test.get_closest_marker("item").args[0]
-        self.notes.append(f"{NO_VERDICT}{where} '{item}' ({str(e).splitlines()[0][:160]})")
-
-    def replay(self, test):
-        """Each of the item's values, gradients and properties checks, run again with the fake GPU's student and its
-        own seed, its checkers passing everything: only a mixing of devices fails the device check (module doc)."""
-        item, student = test.get_closest_marker("item").args[0], test.funcargs["student"]
-        for other in test.session.items:
-            mark = other.get_closest_marker("item")
-            if not isinstance(other, pytest.Function) or mark.args[0] != item or mark.args[1] not in REPLAYED:
-                continue
-            kind = student.replaying = mark.args[1]
-            student.seed = self.seed_of(item, kind)
-            check = inspect.unwrap(other.obj)
-            params = other.callspec.params if hasattr(other, "callspec") else {}
-            given = {**params, "student": student, "rng": torch.Generator().manual_seed(student.seed)}
-            wanted = list(inspect.signature(check).parameters)
-            if any(name not in given for name in wanted):  # a fixture the replay does not make: not replayed
-                continue
-            try:
-                with devices_only():
-                    check(**{name: given[name] for name in wanted})
-            except StudentRaised as e:
-                if MIXED_DEVICES.search(str(e)):
-                    raise
-            except SandboxFailure as e:
-                if e.kind == "sandbox":  # the grader's own process: never the student's
-                    raise
-                self.no_verdict(test, e, f" (replaying its {kind} check)")
-                break
-            except Exception:  # the suite's own code stopped on the zeros (a Fail, arithmetic): says nothing
-                continue
-        student.replaying = ""
+            item = pyfuncitem.get_closest_marker("item").args[0]
+            self.notes.append(f"{NO_VERDICT} '{item}' ({str(e).splitlines()[0][:160]})")
+            return True
 
 
 def placement_of(test) -> str:

@@ -27,7 +27,7 @@ from autograder.grading.ahead import Experiments
 from autograder.grading.cache import atomic_write
 from autograder.grading.checks import Fail, check_signature
 from autograder.grading.dependencies import uses
-from autograder.grading.device_check import CHECKS_DEVICE, OTHER_DEVICE, DeviceCheck, placement, placement_of
+from autograder.grading.device_check import CHECKS_DEVICE, DeviceCheck, placement
 from autograder.grading.experiments import harness_sources, reference_parts, resolve_device
 from autograder.grading.regrade import Regrades, regrade_experiment
 from autograder.grading.scoring import (
@@ -105,7 +105,7 @@ def grading_of(config):
 @pytest.fixture
 def student(request: pytest.FixtureRequest) -> Student:
     """The submission's code seen from the grader (autograder.grading.student.Student), bound to this test's item,
-    on the CPU or, in a shapes check's second run, on the fake GPU (device_check.py)."""
+    on the CPU or, in a shapes check's second run, on meta (device_check.py)."""
     return grading_of(request.config).student_for(request.node, placement(request))
 
 
@@ -173,8 +173,7 @@ class Grading:
         self.regrades = Regrades(self)
         config.pluginmanager.register(self.regrades, "course-regrades")
         config.pluginmanager.register(self.experiments, "course-experiments")
-        config.pluginmanager.register(DeviceCheck(self.ta_notes, lambda item, kind: seed_for(
-            self.course.seed, self.aid, item, kind)), "course-device-check")
+        config.pluginmanager.register(DeviceCheck(self.ta_notes), "course-device-check")
 
     # --- collection: one suite, ordered by course.yaml, with the generated tests -------------------
 
@@ -202,13 +201,11 @@ class Grading:
         # (regrade.py), and at the end they train side by side, the first listed beside the checks (ahead.py)
         parent, ordered = marked[0].parent, []
         for item in self.wanted:
-            spec, checks = self.assignment.items[item], []
+            spec = self.assignment.items[item]
             for kind in (k for k in CHECK_ORDER if k in spec.points):
-                checks += by_check.get((item, kind)) or [GeneratedCheck.from_parent(
+                ordered += by_check.get((item, kind)) or [GeneratedCheck.from_parent(
                     parent, name=f"{kind}[{item}]", course_item=item, course_kind=kind)]
                 self.outcomes[(item, kind)] = Outcome(item, kind, spec.points[kind])
-            # the fake GPU's device run last: it replays the item's other checks in the time they left (device_check)
-            ordered += sorted(checks, key=lambda t: placement_of(t) == OTHER_DEVICE)
         for exp in self.assignment.experiments.values() if self.settings.experiments else []:
             if exp.graded and exp.item in self.wanted:
                 kind = f"experiment {exp.name}"

@@ -27,15 +27,10 @@ class Student:
         self.limit_s = limit_s  # the item's whole time limit, which a timeout names
         self.oracle_calls = set()
         self.seed = 0
-        self.replaying = ""  # the check kind whose calls the fake GPU's device run replays (device_check.py)
 
     def case(self, label: str) -> None:
-        """Name the case being checked; failure messages end with it (and, on the fake GPU, say why there and which
-        check's case it is when the device run replays another)."""
-        if self.device == OTHER_DEVICE:
-            label = f"{label} (its {self.replaying} check's case)" if self.replaying else label
-            label = f"{label}; {ON_OTHER_DEVICE}"
-        self.label = label
+        """Name the case being checked; failure messages end with it (and, on the fake GPU, say why there)."""
+        self.label = label if self.device != OTHER_DEVICE else f"{label}; {ON_OTHER_DEVICE}"
 
     def _left(self):
         left = self.deadline - time.monotonic()

@@ -479,14 +479,7 @@ DEVICE_SLIPS = {
     "MultiHeadAttention": {"output_weight_on_the_cpu": (
         ("return self.WO(z), A", "return F.linear(z, self.WO.weight.cpu(), self.WO.bias), A"), {"shapes"})},
     "Transformer": {"causal_mask_on_the_cpu": (  # causal_mask(T) without its device makes the mask on the CPU
-        ("mask = causal_mask(T, device=tgt_in.device)", "mask = causal_mask(T)"), {"shapes"}),
-                    # the key mask from the lengths, its positions made on the CPU: only a model with pad_id reaches
-                    # it, which the values check builds and the shapes check does not (the device run replays it)
-                    "padding_positions_on_the_cpu": (
-        ("            pad = (src == self.pad_id)[:, None, None, :]",
-         "            lengths = (src != self.pad_id).sum(-1)  # real tokens per row, padding at the end\n"
-         "            pad = (torch.arange(src.shape[-1])[None, :] >= lengths[:, None])[:, None, None, :]"),
-        {"shapes"})},
+        ("mask = causal_mask(T, device=tgt_in.device)", "mask = causal_mask(T)"), {"shapes"})},
     "causal_mask": {"device_ignored": (  # the mask is made on the CPU whatever device it is asked for
         ("dtype=torch.bool, device=device)", "dtype=torch.bool)"), {"shapes"})},
 }
