@@ -163,7 +163,7 @@ class Zygote:
         # nor a sandbox holds the grader's stdout, which a caller reading it to its end would wait on
         self.errors = tempfile.TemporaryFile()  # noqa: SIM115 -- kept for the zygote's life
         self.proc = subprocess.Popen([sys.executable, "-I", str(CHILD), str(theirs.fileno()),
-                                      json.dumps(import_path())],
+                                      json.dumps(import_path()), str(os.getpid())],
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=self.errors,
                                      env=sandbox_env(threads), cwd="/")

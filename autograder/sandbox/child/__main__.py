@@ -1,4 +1,5 @@
-"""The student's side as a program: `python -I autograder/sandbox/child CONTROL_FD [IMPORT_PATH]`, the zygote.
+"""The student's side as a program: `python -I autograder/sandbox/child CONTROL_FD [IMPORT_PATH [GRADER_PID]]`, the
+zygote.
 
 This folder is loaded as the package `course_child` from its own files (load), never as part of the grader's
 `autograder` package: the student's process imports nothing of the grader's.
@@ -26,4 +27,5 @@ def load(name="course_child"):
 
 
 if __name__ == "__main__":
-    load().monitor.zygote(int(sys.argv[1]), json.loads(sys.argv[2]) if len(sys.argv) > 2 else None)
+    load().monitor.zygote(int(sys.argv[1]), json.loads(sys.argv[2]) if len(sys.argv) > 2 else None,
+                          int(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -175,16 +175,17 @@ PRELOAD = ("matplotlib.pyplot", "IPython.display", "IPython.core.inputtransforme
            "functools")
 
 
-def zygote(control_fd, import_path=None):
+def zygote(control_fd, import_path=None, grader_pid=None):
     """Import torch once, then fork a sandbox (through its monitor) per request: a sandbox starts in milliseconds.
 
     `import_path` is the grader's sys.path less the course's folders: started with -I, this process would
     otherwise miss packages found through PYTHONPATH or the user site. Its threads are the grader's share of the
     cores (OMP_NUM_THREADS in its environment), set in torch here so that every sandbox forks with them.
+    `grader_pid`: the grader's own pid, as it gave it (grader_watch).
     """
     import signal
     import socket
-    grader = grader_watch()
+    grader = grader_watch(grader_pid)
     if import_path:
         sys.path[:] = import_path
     # No PR_SET_PDEATHSIG: it fires when the *thread* that started us ends (a batch worker), not the grader.
@@ -234,9 +235,15 @@ def zygote(control_fd, import_path=None):
     os._exit(0)
 
 
-def grader_watch():
-    """A pidfd of the grader (this process's parent), readable once it has ended; None where there is none."""
+def grader_watch(grader_pid=None):
+    """A pidfd of the grader (this process's parent), readable once it has ended; None where there is none.
+
+    The grader's pid comes from the grader itself: a grader killed while this interpreter started (a second or more
+    on a busy machine) has left it to a subreaper or init, whose pid getppid() would then give, and a watch of that
+    would keep this process through all its imports (test_class_lifetime, a coordinator killed as its workers start)."""
     parent = os.getppid()
+    if grader_pid is not None and parent != grader_pid:  # the grader ended before this process could look
+        sys.exit(0)
     try:
         pidfd = os.pidfd_open(parent)
     except (AttributeError, OSError):
