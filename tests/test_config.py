@@ -7,12 +7,12 @@ import pytest
 from autograder.course.config import (
     ROOT,
     Bound,
-    CourseSolutions,
     course_root,
     load_course,
     parse_course,
     released_notebook,
 )
+from autograder.course.solutions_import import CourseSolutions
 from autograder.errors import ConfigError
 from autograder.grading.checks import Fail, check_signature
 
@@ -207,3 +207,25 @@ def test_the_type_checkers_limit_overrides_are_limits_fields():
                 if name not in config.COURSE_WIDE}
     assert fields == expected
     assert set(config.LimitOverrides.model_fields) == set(expected)
+
+
+def test_a_profile_changes_every_experiment_before_validation_and_an_unknown_one_is_named(monkeypatch):
+    """COURSE_PROFILE=rehearsal: each experiment trains course.yaml's profile steps on its first seed, its bounds met
+    by any figure but kept on their side; the figures of the course stay as they are without it."""
+    plain = COURSE.assignment("w8l4_transformers").experiments["reverse_transformer"]
+    monkeypatch.setenv("COURSE_PROFILE", "rehearsal")
+    rehearsed = load_course()
+    for aid, assignment in rehearsed.assignments.items():
+        for name, exp in assignment.experiments.items():
+            before = COURSE.assignment(aid).experiments[name]
+            assert (exp.steps, exp.seeds) == (5, before.seeds[:1]), (aid, name)
+            assert set(exp.threshold) == set(before.threshold)
+            for metric, bound in exp.threshold.items():
+                assert (bound.min is None) == (before.threshold[metric].min is None), (aid, name, metric, bound)
+                assert all(bound.holds(figure) for figure in (-1e3, 0.0, 0.5, 1e3)), (aid, name, metric, bound)
+    assert plain.steps == 1000 and len(plain.seeds) > 1  # the course's own, read without the profile
+    monkeypatch.setenv("COURSE_PROFILE", "nope")
+    with pytest.raises(ConfigError, match="COURSE_PROFILE=nope: no such profile .*rehearsal"):
+        load_course()
+    monkeypatch.delenv("COURSE_PROFILE")
+    assert load_course().assignment("w8l4_transformers").experiments["reverse_transformer"].steps == 1000

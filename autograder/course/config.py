@@ -1,10 +1,5 @@
 """course.yaml: load, validate, and answer questions about points, limits and experiments."""
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
-import sys
-from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -24,10 +19,12 @@ from pydantic import (
 
 from autograder.course.exchange import Exchange
 from autograder.course.oracles import oracle_problem
+from autograder.course.profiles import Profile, apply, chosen
 from autograder.course.report_settings import Similarity, Statistics
+from autograder.course.root import ROOT, course_root
+from autograder.course.solutions_import import install
 from autograder.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]  # the package's own checkout (or site-packages): its code, not the course
 CHECK_ORDER = ("exists", "shapes", "values", "gradients", "properties")
 
 
@@ -343,6 +340,9 @@ class Course(Strict):
     # excluded from model_dump: how the report reads results is no part of a grading's identity (batch.py)
     similarity: Similarity = Field(Similarity(), exclude=True)
     statistics: Statistics = Field(Statistics(), exclude=True)  # `course stats`' flags: likewise
+    # what COURSE_PROFILE may choose (course/profiles.py); the one chosen is applied before validation, so it is in
+    # the assignments' settings, and so in a grading's identity
+    profiles: dict[str, Profile] = Field({}, exclude=True)
     assignments: dict[str, Assignment]
     # oracle name (an item's `from_scratch`) -> the dotted paths of the functions it stands for, watched in the sandbox
     oracles: dict[str, list[str]] = Field({}, validate_default=True)
@@ -404,14 +404,16 @@ class Course(Strict):
         return Limits(**merged)
 
 
-def parse_course(text: str, path: str | Path) -> "Course":
-    """Validate course.yaml's text; errors name the file and the dotted key."""
+def parse_course(text: str, path: str | Path, profile: str = "") -> "Course":
+    """Validate course.yaml's text, with `profile` (course/profiles.py) applied; errors name the file and the
+    dotted key."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    raw = apply(raw, profile, path)
     try:
         return Course(**raw, path=Path(path))
     except ValidationError as e:
@@ -423,40 +425,18 @@ def parse_course(text: str, path: str | Path) -> "Course":
         raise ConfigError("\n".join(lines)) from None
 
 
-def course_root() -> Path:
-    """The course being graded: $COURSE_ROOT (`course --course DIR` sets it), else the nearest folder at or above the
-    working folder that holds course.yaml, else the package's own checkout.
-
-    The course (course.yaml, release/, the grader's cache) is where the TA works, not where the package was
-    installed: a non-editable install or a second clone grades its own course.
-    """
-    named = os.environ.get("COURSE_ROOT")
-    if named:
-        root = Path(named).expanduser().resolve()
-        if not (root / "course.yaml").is_file():
-            raise ConfigError(f"COURSE_ROOT={named}: no course.yaml there")
-        return root
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "course.yaml").is_file():
-            return folder
-    if (ROOT / "course.yaml").is_file():
-        return ROOT
-    raise ConfigError(f"no course.yaml in {here} or any folder above it: run from the course's folder, "
-                      f"or name it with --course DIR (or COURSE_ROOT)")
-
-
 @lru_cache(maxsize=4)
-def _load(path: str, version: tuple[int, int]) -> Course:
-    return parse_course(Path(path).read_text(), path)
+def _load(path: str, version: tuple[int, int], profile: str) -> Course:
+    return parse_course(Path(path).read_text(), path, profile)
 
 
 def load_course(path: str | Path | None = None) -> Course:
-    """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root()); read again
-    once the file changes (`course new` adds to it, and its next step reads it)."""
+    """The course configuration: $COURSE_CONFIG, else course.yaml at the course root (course_root()), with the
+    profile $COURSE_PROFILE names; read again once the file or the profile changes (`course new` adds to it, and its
+    next step reads it)."""
     resolved = Path(path or os.environ.get("COURSE_CONFIG") or course_root() / "course.yaml").resolve()
     stat = resolved.stat() if resolved.exists() else None  # a missing file: parse_course's reading names it
-    return _load(str(resolved), (stat.st_mtime_ns, stat.st_size) if stat else (0, 0))
+    return _load(str(resolved), (stat.st_mtime_ns, stat.st_size) if stat else (0, 0), chosen())
 
 
 def released_notebook(aid: str) -> Path:
@@ -469,28 +449,4 @@ def released_notebook(aid: str) -> Path:
     return path
 
 
-class CourseSolutions(importlib.abc.MetaPathFinder):
-    """`import solutions` finds the course root's solutions/ when it has one, else the installed package.
-
-    The reference solutions are the course's, as course.yaml and release/ are: `course sync` writes them into the
-    course's notebooks, and a second clone whose instructor edited solutions/ must grade against those. Found at
-    import time from course_root() (COURSE_ROOT or the working folder), which batch workers (spawned processes)
-    work out the same way. Not by putting the course root on sys.path: a spawned worker would then import the
-    course folder's copy of `autograder` too, and grade with other code than its parent.
-    """
-
-    def find_spec(self, name: str, path: Sequence[str] | None = None,
-                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "solutions":
-            return None  # solutions.<aid> is found through the package's __path__, the folder chosen here
-        try:
-            folder = course_root() / "solutions"
-        except ConfigError:
-            return None
-        init = folder / "__init__.py"
-        return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)]) \
-            if init.is_file() else None
-
-
-if not any(isinstance(f, CourseSolutions) for f in sys.meta_path):
-    sys.meta_path.insert(0, CourseSolutions())
+install()  # `import solutions` is the course's (course/solutions_import.py): every reader of course.yaml has it

@@ -105,7 +105,7 @@ chmod 711 /root
 
 def package_folders():
     """{name: folder} of the packages the zip installs: the grader's code where it is installed, and the reference
-    solutions this course grades with (its root's solutions/ when it has one: config.CourseSolutions)."""
+    solutions this course grades with (its root's solutions/ when it has one: course/solutions_import.py)."""
     return {name: Path(importlib.import_module(name).__file__).parent for name in PACKAGES}
 
 
