@@ -212,9 +212,13 @@ def test_the_type_checkers_limit_overrides_are_limits_fields():
 def test_a_profile_changes_every_experiment_before_validation_and_an_unknown_one_is_named(monkeypatch):
     """COURSE_PROFILE=rehearsal: each experiment trains course.yaml's profile steps on its first seed, its bounds met
     by any figure but kept on their side; the figures of the course stay as they are without it."""
+    from autograder.batch.identity import grader_parts
     plain = COURSE.assignment("w8l4_transformers").experiments["reverse_transformer"]
+    parts = grader_parts("lab14_transformers", "cpu")
     monkeypatch.setenv("COURSE_PROFILE", "rehearsal")
     rehearsed = load_course()
+    rehearsed_parts = grader_parts("lab14_transformers", "cpu")  # a rehearsed result is never another grading's
+    assert {name for name in parts if parts[name] != rehearsed_parts[name]} == {"assignment"}
     for aid, assignment in rehearsed.assignments.items():
         for name, exp in assignment.experiments.items():
             before = COURSE.assignment(aid).experiments[name]
