@@ -4,13 +4,17 @@ A real `course formgrader` (a Jupyter server with nbgrader's formgrader and the 
 free port and a token, stopped by its PID. The class is four lab14 submissions, autograded first with the command as
 docs/TA.md says: alice complete, bob the release, carol complete but saved under another name, dave hostile (a syntax
 error, an item that kills its own process, and markup in his written answer and in a markdown cell of his own).
+
+Every grading runs under course.yaml's `rehearsal` profile (COURSE_PROFILE, in the environment every command and
+the server get): what is checked is formgrader's mechanism (its pages, the button, written grades reaching every
+view), not an experiment's figure, and a complete notebook's experiments pass under the profile's bounds as under
+the course's, so every expected score is still course.yaml's points. `course` names the profile on each command.
 """
 import contextlib
 import csv
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,7 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course.config import ROOT, load_course
+from autograder.course import profiles
+from autograder.course.config import load_course
 from autograder.notebooks.examples import examples
 from tests.test_ta_workflow import fresh_clone
 
@@ -35,6 +40,7 @@ SCRIPT = "<script>alert('answer')</script>"
 IMG = "<img src=x onerror=\"alert('cell')\">"
 PAGES = ["formgrader/manage_assignments", f"formgrader/manage_submissions/{AID}", "formgrader/gradebook",
          f"formgrader/gradebook/{AID}", f"formgrader/gradebook/{AID}/{AID}", "formgrader/manage_students"]
+PROFILE = "rehearsal"
 STARTS_WITHIN = 300  # seconds: a hang's end, not a measure (see Server)
 STUDENT_PAGES = ["formgrader/manage_students/{s}", "formgrader/manage_students/{s}/" + AID]
 API = ["formgrader/api/assignments", f"formgrader/api/submissions/{AID}", f"formgrader/api/notebooks/{AID}",
@@ -127,20 +133,18 @@ def autograded_results(clone):
 
 
 @pytest.mark.slow
-def test_formgrader_as_a_ta_uses_it(tmp_path, graded_solutions):
+def test_formgrader_as_a_ta_uses_it(tmp_path):
     """The class of four released and autograded by the command (docs/TA.md), then `course formgrader`: its pages,
     its Autograde button, and written answers graded in it, read back by every view. One test: each step needs the
     last one's gradebook."""
-    clone = fresh_clone(tmp_path / "clone")
-    graded_solutions[AID]  # alice's and carol's experiments are the graded solution's (the training cache)
-    if (ROOT / ".grader" / "cache").is_dir():
-        shutil.copytree(ROOT / ".grader" / "cache", clone / ".grader" / "cache")
+    clone = fresh_clone(tmp_path / "clone")  # no training cache: the profile is in the grading's identity
     for student, (name, nb) in class_of_four().items():
         folder = clone / ".nbgrader" / "submitted" / student / AID
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / name)
     env = {**os.environ, "PYTHONPATH": str(clone), "COURSE_MNIST_DIR": str(load_course().mnist_dir),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           profiles.ENV: PROFILE}
     run(clone, env, f"course release {AID}", f"nbgrader autograde {AID}")
     by_command = autograded_results(clone)
     assert by_command["alice"][0] == by_command["carol"][0] == load_course().assignment(AID).total_points
@@ -157,10 +161,12 @@ def test_formgrader_as_a_ta_uses_it(tmp_path, graded_solutions):
 
 
 def run(clone, env, *commands):
-    """Each command in the clone, as a TA types it; the last one's stdout."""
+    """Each command in the clone, as a TA types it; the last one's stdout. `course` says the profile is in force."""
     for command in commands:
         proc = subprocess.run(command, shell=True, cwd=clone, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        if command.startswith("course "):
+            assert profiles.notice(PROFILE) in proc.stderr, f"{command}: not under the profile\n{proc.stderr[-3000:]}"
     return proc.stdout
 
 
