@@ -14,6 +14,10 @@ from autograder.course.config import ROOT
 COURSE = Path(sys.executable).with_name("course")  # the environment's console script, as a TA runs it
 USER = "coursedoc"  # the ordinary user the tests make (useradd) and remove
 SHORT_STEPS = 5
+# course.yaml's rehearsal profile (autograder/course/profiles.py), for course()'s env: the short course of the tests
+# that run the real command (first run, doctor), each experiment SHORT_STEPS steps on its first seed with bounds any
+# figure meets, in every grading's identity, with no edit to the clone's course.yaml
+REHEARSAL = {"COURSE_PROFILE": "rehearsal"}
 
 
 def fresh_clone(folder):
@@ -34,7 +38,8 @@ def fresh_clone(folder):
 
 def shorten(clone):
     """The clone's experiments cut to SHORT_STEPS steps on their first seed, with thresholds any run meets: the
-    whole pipeline, in seconds of training."""
+    whole pipeline, in seconds of training. REHEARSAL is the same through course.yaml's own profile; this edit of
+    the clone's course.yaml stays for tests/test_shared_cache.py, whose clones are not run through course()."""
     path = clone / "course.yaml"
     raw = yaml.safe_load(path.read_text())
     for assignment in raw["assignments"].values():

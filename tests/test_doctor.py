@@ -2,7 +2,8 @@
 one FIX line per problem (no MNIST, an unwritable cache, no isolation to be had), exit 1 then.
 
 Each run grades the three reference solutions (`--quick`: without their experiments, about a minute on two
-cores); the full form runs once, as root and offline, on a course whose experiments are cut to a few steps.
+cores); the full form runs once, as root and offline, under COURSE_PROFILE=rehearsal (each experiment a few steps on
+its first seed, bounds any figure meets).
 """
 import re
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 from autograder.course.config import load_course
 from autograder.sandbox.grader_side import can_isolate
-from tests.first_run import course, course_as_user, ensure_user, fresh_clone, remove_user, shorten, user_home
+from tests.first_run import REHEARSAL, course, course_as_user, ensure_user, fresh_clone, remove_user, user_home
 from tests.test_isolation_levels import CLI_WITHOUT
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
@@ -103,13 +104,13 @@ def test_a_machine_that_isolates_nothing_is_one_fix_line(clone, user, tmp):
 def test_the_full_form_is_well_on_a_fresh_clone_as_root_and_shows_each_experiment_s_margin(clone):
     """Offline, as root: the highest level, the course's own cache. (`--quick` on a fresh clone, the same screen
     less the experiments, is the ordinary user's test: one run as root grades the references once, not twice.)"""
-    shorten(clone)
-    run = course(clone, "doctor", "--device", "cpu", network=False)
+    run = course(clone, "doctor", "--device", "cpu", network=False, env=REHEARSAL)
+    assert "profile `rehearsal`" in run.stderr, run.stderr[-2000:]  # the profile reached the command
     items = well(run, "namespaces")
     assert "the highest level" in items["isolation"] and str(clone / ".grader" / "cache") in items["cache"]
     graded = [name for aid in AIDS for name, exp in load_course().assignment(aid).experiments.items() if exp.graded]
     shown = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith("    ")}
     assert set(shown) == set(graded), run.stdout
     for _name, line in shown.items():
-        assert re.search(r"\[(>= -1e\+06|<= 1e\+06)\] margin \+", line), line  # shorten keeps each bound's side
+        assert re.search(r"\[(>= -1e\+30|<= 1e\+30)\] margin \+", line), line  # the profile keeps each bound's side
         assert re.search(r"\d+ s of its \d+ s limit", line), line

@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from autograder.course.config import ROOT, load_course
+from autograder.course.profiles import ENV as PROFILE_ENV
 from autograder.errors import ConfigError
 from autograder.notebooks.build import (
     BEGIN,
@@ -287,7 +288,12 @@ def test_every_planted_device_slip_fails_its_items_public_device_check_on_a_cpu(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("aid", AIDS)
-def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, graded_solutions, aid):
+def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path, monkeypatch, aid):
+    """The instructor's copy `course solve` writes runs top to bottom, its self-check passes every item, and the
+    grader gives it full marks. Graded under COURSE_PROFILE=rehearsal: what this test proves is that the solved
+    copy (its regions kept, filled) is graded as the complete submission is, every check passing; that the
+    reference's experiments meet course.yaml's real thresholds at full budget is tests/test_grading.py's (the
+    graded_solutions fixture), and training them here again cost a minute and a half of CPU alone."""
     from autograder.grading.grade import grade_notebook
     path = solve(aid, tmp_path)
     text = path.read_text()
@@ -301,7 +307,9 @@ def test_course_solve_builds_a_notebook_that_runs_and_scores_full_marks(tmp_path
                     if nbgrader_meta(c).get("grade_id", "").startswith("test_") for o in c.get("outputs", []))
     counted = dict(re.findall(r"^(\w+): public checks passed \((\d+)/\2\)", texts, re.MULTILINE))
     assert self_check_rows(executed, aid) == {item: f"all {n} passed" for item, n in counted.items()}
-    graded_solutions[aid]  # the experiments are the graded solution's: this grading reads them from the cache
+    monkeypatch.setenv(PROFILE_ENV, "rehearsal")  # each experiment 5 steps on its first seed, bounds any figure meets
     result = grade_notebook(path, aid, device="cpu")
     lost = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["score"] < t["max_score"]]
     assert result["score"] == result["max_score"] == COURSE.assignment(aid).total_points, lost
+    trained = [run for t in result["tests"] for run in t.get("extra_data", {}).get("trained", [])]
+    assert trained and all(run["steps"] <= 5 for run in trained), trained  # the rehearsal was in force
