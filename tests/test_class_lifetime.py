@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course.config import ROOT
+from autograder.course.config import ROOT, load_course
 from autograder.notebooks.examples import release_notebook, solved_sources, with_cells
 from autograder.sandbox.grader_side import can_isolate
 from tests.test_isolation_levels import CHILD_MAIN, CLI_WITHOUT, LONER, NOBODY, as_user, targets  # noqa: F401
@@ -33,6 +33,10 @@ AID = "lab14_transformers"
 SUBMISSIONS = 3  # two graded at once, one waiting: the kill comes while both workers' sandboxes run
 GONE_WITHIN_SECONDS = 10  # the deadline the coordinator's end sets for everything it started
 START_SECONDS = 600  # a loaded machine: workers import torch, zygotes start, notebooks load
+BEGIN = "    ### BEGIN SOLUTION\n"
+# How long the first item waits: within its time limit (course.yaml's item_seconds), so that its sandbox is not
+# ended and restarted while the test waits for the other worker's
+WAIT_SECONDS = load_course().limits.item_seconds - 10
 
 # Sets itself as a child subreaper, starts the command, then reaps whatever comes back to it until killed.
 LAUNCHER = r'''
@@ -113,10 +117,22 @@ def sandboxes_running(launcher, procs, marks=COURSE_GRADE):
     return coordinator, sum(procs[p][0] in monitors for p in tree)
 
 
+def waiting_sources():
+    """The complete notebook whose first graded item waits in the student's code when its checks call it: a
+    sandbox stays running (a monitor's child, in the checks, past the 2 s before the kill) as a training one
+    would, without spending a core until the kill (a trained notebook cost each case some 5 CPU-s more)."""
+    sources = solved_sources(AID)
+    first = next(iter(load_course().assignment(AID).items))
+    assert BEGIN in sources[first], first
+    sources[first] = sources[first].replace(BEGIN, f"{BEGIN}    import time\n    time.sleep({WAIT_SECONDS})\n", 1)
+    return sources
+
+
 def write_batch(folder):
-    for k in range(SUBMISSIONS):  # complete notebooks: each trains (the cache is off), so sandboxes stay busy
+    sources = waiting_sources()
+    for k in range(SUBMISSIONS):
         (folder / f"student{k}").mkdir(parents=True)
-        nbformat.write(with_cells(release_notebook(AID), solved_sources(AID)), folder / f"student{k}" / f"{AID}.ipynb")
+        nbformat.write(with_cells(release_notebook(AID), sources), folder / f"student{k}" / f"{AID}.ipynb")
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
 

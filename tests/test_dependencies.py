@@ -321,14 +321,18 @@ def test_a_cheat_that_breaks_a_helper_to_get_the_reference_gains_nothing(tmp_pat
 @pytest.mark.slow
 def test_an_experiment_trains_with_the_reference_of_a_part_that_failed_its_checks(tmp_path, monkeypatch):
     """EncoderBlock left as the stub: the classifier's checks and its memory-task training are graded with the
-    reference block; the student's classifier is what trains."""
+    reference block; the student's classifier is what trains. Under the rehearsal profile (5 steps, any figure
+    meets the bounds): what is tested is which block trains, not the figure; a training that met the stub
+    would raise NotImplementedError and score 0 at any budget."""
     monkeypatch.setenv("COURSE_NO_CACHE", "1")
+    monkeypatch.setenv("COURSE_PROFILE", "rehearsal")
     result = grade(tmp_path, LAB, {}, ["EncoderBlock", "TransformerClassifier"], experiments=True,
                    stubs=["EncoderBlock"])
     got = scores(result)
     assert got["EncoderBlock"][0] == 0 and got["TransformerClassifier"] == (7, 7), json.dumps(result["tests"])
     exp = next(t for t in result["tests"] if t["name"] == "TransformerClassifier: experiment memory_task")
     assert note_of("EncoderBlock") in exp["output"] and exp["extra_data"]["restored"] == 4
+    assert [run["steps"] for run in exp["extra_data"]["trained"]] == [5], exp["extra_data"]  # the profile held
 
 
 @pytest.mark.grading
