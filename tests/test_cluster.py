@@ -255,7 +255,10 @@ def test_the_kubernetes_cluster_asks_each_worker_pod_for_a_gpu_and_sets_the_thre
 
 def kill_training(monkeypatch, times):
     """SIGKILL the student's process half a second into each of its first `times` training requests, from outside
-    (no limit of the grader's involved), as a host's OOM killer would. Returns the list of kills done."""
+    (no limit of the grader's involved), as a host's OOM killer would. Returns the list of kills done. Under the
+    course's own budget, not the rehearsal profile: a rehearsal's 5 steps can end before the kill lands (its whole
+    experiment request took 0.96 s wall on a machine loaded six times over its cores, so less than half a second on
+    an idle one), and the kill would then miss the training it is about."""
     from autograder.sandbox.grader_side import Sandbox
     request, kills = Sandbox.request, []
 
@@ -303,12 +306,16 @@ def gradebook(root):
 
 
 @pytest.mark.slow
-def test_nbgrader_pregraded_on_the_cluster_writes_the_gradebook_of_the_serial_run(tmp_path):
+def test_nbgrader_pregraded_on_the_cluster_writes_the_gradebook_of_the_serial_run(tmp_path, monkeypatch):
     """The TA's parallel nbgrader path (docs/CLUSTER.md): nbgrader writes the notebooks it would grade
     (CollectForGrading), `course grade --scheduler` grades them on the cluster into a results folder, and
-    `nbgrader autograde` with TrustedGrade.results_dir takes those results: the gradebook of a serial autograde."""
+    `nbgrader autograde` with TrustedGrade.results_dir takes those results: the gradebook of a serial autograde.
+    Under the rehearsal profile (the path is what is tested, not alice's figure: her experiment trains 5 steps
+    instead of two seeds' runs), set before anything starts, so that nbgrader, `course grade` and the cluster's
+    workers all grade under it (a worker without it would refuse the coordinator's tasks: another grader)."""
     from autograder.notebooks.build import run_nbgrader
     from tests.test_nbgrader_roundtrip import CONFIG, half_done
+    monkeypatch.setenv("COURSE_PROFILE", "rehearsal")
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     (serial / "source").mkdir(parents=True)
     shutil.copytree(ROOT / "assignments" / AID, serial / "source" / AID)
@@ -342,6 +349,7 @@ def test_nbgrader_pregraded_on_the_cluster_writes_the_gradebook_of_the_serial_ru
     finally:
         cluster.close()
     assert done.returncode == 0, done.stderr
+    assert "course: profile `rehearsal`" in done.stderr
     proc = run_nbgrader(["autograde", AID, "--force", f"--TrustedGrade.results_dir={pregraded}"], parallel)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "graded here" not in proc.stdout + proc.stderr  # every student's result came from the cluster
