@@ -104,10 +104,14 @@ def test_a_killed_coordinator_leaves_no_job_and_its_rerun_grades_only_what_has_n
     deadline = time.monotonic() + 600
     while len(list((tmp_path / "r").glob("*.json"))) < 2 and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
-    kept = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (tmp_path / "r").glob("*.json")}
-    assert len(kept) == 2 and first.poll() is None, "the first run should be killed with two results saved"
+    assert first.poll() is None, "the first run ended before the kill"
     first.send_signal(signal.SIGKILL)  # no goodbye: its scheduler, and the jobs' only link to it, die at once
     first.wait()
+    # read after the kill: the quick three may finish within one poll, and nothing is saved once the coordinator is
+    # gone; the slow one is still grading
+    kept = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (tmp_path / "r").glob("*.json")}
+    assert len(kept) >= 2 and "slow.json" not in kept, f"the first run should be killed with two or three results " \
+                                                        f"saved and the slow one grading: {sorted(kept)}"
     # its workers lose their scheduler and end their jobs themselves (dask-jobqueue's death timeout, 15 s here)
     assert no_jobs_within(slurm, 120) == [], "the killed coordinator's jobs stayed in squeue"
     again = course_grade(slurm, folder, tmp_path / "r", tmp_path)
@@ -120,5 +124,5 @@ def test_a_killed_coordinator_leaves_no_job_and_its_rerun_grades_only_what_has_n
     assert graded["slow"]["score"] == by_name["complete"]["score"]
     for name in ("complete", "empty", "wrong"):
         assert graded[name]["score"] == by_name[name]["score"], name
-    assert "2 reused" in again.stdout, again.stdout[-2000:]
+    assert f"{len(kept)} reused" in again.stdout, again.stdout[-2000:]
     assert no_jobs_within(slurm, 30) == []
