@@ -9,15 +9,15 @@ from pathlib import Path
 
 import yaml
 
+from autograder.course import profiles
 from autograder.course.config import ROOT
 
 COURSE = Path(sys.executable).with_name("course")  # the environment's console script, as a TA runs it
 USER = "coursedoc"  # the ordinary user the tests make (useradd) and remove
-SHORT_STEPS = 5
 # course.yaml's rehearsal profile (autograder/course/profiles.py), for course()'s env: the short course of the tests
-# that run the real command (first run, doctor), each experiment SHORT_STEPS steps on its first seed with bounds any
+# that run the real command (first run, doctor), each experiment a few steps on its first seed with bounds any
 # figure meets, in every grading's identity, with no edit to the clone's course.yaml
-REHEARSAL = {"COURSE_PROFILE": "rehearsal"}
+REHEARSAL = {profiles.ENV: "rehearsal"}
 
 
 def fresh_clone(folder):
@@ -37,18 +37,10 @@ def fresh_clone(folder):
 
 
 def shorten(clone):
-    """The clone's experiments cut to SHORT_STEPS steps on their first seed, with thresholds any run meets: the
-    whole pipeline, in seconds of training. REHEARSAL is the same through course.yaml's own profile; this edit of
-    the clone's course.yaml stays for tests/test_shared_cache.py, whose clones are not run through course()."""
+    """The clone's course.yaml with the rehearsal profile written into it (profiles.apply, the one mechanism): for
+    tests/test_shared_cache.py, whose clones are graded in process, not through course() and REHEARSAL."""
     path = clone / "course.yaml"
-    raw = yaml.safe_load(path.read_text())
-    for assignment in raw["assignments"].values():
-        for exp in assignment.get("experiments", {}).values():
-            exp["steps"], exp["seeds"] = SHORT_STEPS, exp["seeds"][:1]
-            # each bound kept on its side, so that the notebooks' facts that name it still find it
-            exp["threshold"] = {metric: {"min": -1e6} if "min" in bound else {"max": 1e6}
-                                for metric, bound in exp["threshold"].items()}
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(yaml.safe_dump(profiles.apply(yaml.safe_load(path.read_text()), "rehearsal", path)))
 
 
 def course(clone, *args, env=None, network=True, timeout=1500):
