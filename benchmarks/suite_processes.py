@@ -182,6 +182,9 @@ def main():
     args = parser.parse_args()
     if args.read:
         return report(args.read, top=args.top)
+    if sys.prefix == sys.base_prefix:
+        sys.exit("run it with the course's environment's Python (.venv/bin/python): the recorder goes into the "
+                 "environment that runs the tests")
     folder = Path(tempfile.mkdtemp(prefix="suite-processes-"))
     folder.chmod(0o755)  # the tests' ordinary users write it too
     log = Path(args.keep).resolve() if args.keep else folder / "log.jsonl"
