@@ -83,8 +83,12 @@ def installed(log):
     def files():
         site = Path(sysconfig.get_path("purelib"))
         module, pth = site / f"{RECORDER}.py", site / f"{RECORDER}.pth"
-        module.write_text(RECORDER_SOURCE.format(log=str(log)))
-        pth.write_text(f"import {RECORDER}\n")
+        try:
+            module.write_text(RECORDER_SOURCE.format(log=str(log)))
+            pth.write_text(f"import {RECORDER}\n")
+        except OSError as e:
+            module.unlink(missing_ok=True)
+            sys.exit(f"the recorder cannot go into {site} ({e.strerror}): run it as the environment's owner")
         try:
             yield
         finally:
