@@ -271,6 +271,16 @@ def cgroup():
     return None
 
 
+def cgroup_removed(group):
+    """Remove a cgroup() once its last process (a zygote ending after its grader) is gone."""
+    while True:
+        try:
+            group[0].rmdir()
+            return
+        except OSError:
+            time.sleep(0.2)
+
+
 def measured(aid, notebooks, results_dir, top=0, root=ROOT):
     """(the child's ledger, the cgroup's CPU-seconds or None, its stderr) of one profiled `course grade` of the
     checkout at `root` (its grader first on the path, the zygote's and sandboxes' too)."""
@@ -289,12 +299,7 @@ def measured(aid, notebooks, results_dir, top=0, root=ROOT):
     total = None
     if group is not None:
         total = group[2](group[0])
-        while True:  # the cgroup is removable once its last process (a zygote ending) is gone
-            try:
-                group[0].rmdir()
-                break
-            except OSError:
-                time.sleep(0.2)
+        cgroup_removed(group)
     if not out.is_file():
         sys.exit(f"{aid}: the profiled grading failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(out.read_text()), total, proc.stderr

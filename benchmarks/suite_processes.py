@@ -20,6 +20,7 @@ environment, not beside other work in this one.
 """
 import argparse
 import collections
+import contextlib
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grading_profile import ROOT, cgroup
+from grading_profile import ROOT, cgroup, cgroup_removed
 
 RECORDER = "_course_suite_processes"
 RECORDER_SOURCE = '''"""suite_processes.py's recorder: this process's CPU-seconds, appended to LOG as it ends."""
@@ -75,26 +76,22 @@ os._exit = _exit
 '''
 
 
+@contextlib.contextmanager
 def installed(log):
-    """The recorder's two files in this environment's site-packages (a context manager: removed on leaving)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def files():
-        site = Path(sysconfig.get_path("purelib"))
-        module, pth = site / f"{RECORDER}.py", site / f"{RECORDER}.pth"
-        try:
-            module.write_text(RECORDER_SOURCE.format(log=str(log)))
-            pth.write_text(f"import {RECORDER}\n")
-        except OSError as e:
-            module.unlink(missing_ok=True)
-            sys.exit(f"the recorder cannot go into {site} ({e.strerror}): run it as the environment's owner")
-        try:
-            yield
-        finally:
-            pth.unlink(missing_ok=True)
-            module.unlink(missing_ok=True)
-    return files()
+    """The recorder's two files in this environment's site-packages while the block runs, removed on leaving."""
+    site = Path(sysconfig.get_path("purelib"))
+    module, pth = site / f"{RECORDER}.py", site / f"{RECORDER}.pth"
+    try:
+        module.write_text(RECORDER_SOURCE.format(log=str(log)))
+        pth.write_text(f"import {RECORDER}\n")
+    except OSError as e:
+        module.unlink(missing_ok=True)
+        sys.exit(f"the recorder cannot go into {site} ({e.strerror}): run it as the environment's owner")
+    try:
+        yield
+    finally:
+        pth.unlink(missing_ok=True)
+        module.unlink(missing_ok=True)
 
 
 def run(pytest_args, log):
@@ -109,12 +106,7 @@ def run(pytest_args, log):
     total = None
     if group is not None:
         total = group[2](group[0])
-        for _ in range(100):  # removable once its last process (a zygote ending) is gone
-            try:
-                group[0].rmdir()
-                break
-            except OSError:
-                time.sleep(0.2)
+        cgroup_removed(group)
     return proc.returncode, total, wall
 
 
