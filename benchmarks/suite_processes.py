@@ -110,7 +110,7 @@ def run(pytest_args, log):
     return proc.returncode, total, wall
 
 
-def kind(record, by_pid):
+def kind(record):
     """What a process was: the zygote, a sandbox's monitor, a pytest worker, `course grade`, `nbgrader autograde`..."""
     argv = record["argv"] or [""]
     first, rest = argv[0], argv[1:]
@@ -156,7 +156,7 @@ def report(log, total=None, wall=None, top=30):
     kinds, counts = collections.Counter(), collections.Counter()
     files = collections.defaultdict(collections.Counter)
     for r in records:
-        k = kind(r, by_pid)
+        k = kind(r)
         kinds[k] += r["cpu"]
         counts[k] += 1
         if k != "pytest worker (the tests run in it)":
@@ -181,9 +181,12 @@ def main():
     if sys.prefix == sys.base_prefix:
         sys.exit("run it with the course's environment's Python (.venv/bin/python): the recorder goes into the "
                  "environment that runs the tests")
-    folder = Path(tempfile.mkdtemp(prefix="suite-processes-"))
-    folder.chmod(0o755)  # the tests' ordinary users write it too
-    log = Path(args.keep).resolve() if args.keep else folder / "log.jsonl"
+    if args.keep:
+        log = Path(args.keep).resolve()
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="suite-processes-"))
+        folder.chmod(0o755)  # the tests' ordinary users write it too
+        log = folder / "log.jsonl"
     log.write_text("")
     log.chmod(0o666)
     code, total, wall = run(args.pytest_args, log)
