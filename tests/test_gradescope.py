@@ -15,6 +15,7 @@ from autograder.course.config import load_course
 from autograder.grading.grade import grade_notebook
 from autograder.integrations.gradescope import COURSE_DIR, export_gradescope, requirements
 from autograder.notebooks.examples import examples, release_notebook, solved_sources, with_cells
+from autograder.notebooks.identify import own_cell_ids
 from autograder.sandbox.grader_side import can_isolate
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]  # every test builds or runs an Otter grading
@@ -125,7 +126,8 @@ def test_the_zip_holds_what_the_grader_needs(autograder_zip):
     assert "autograder.integrations.otter_plugin import run_autograder" in run_otter
     budget = load_course().gradescope.budget_seconds
     assert config["plugins"] == [{"autograder.integrations.otter_plugin.CourseGrader": {
-        "assignment": AID, "device": "cpu", "budget_seconds": budget}}]
+        "assignment": AID, "device": "cpu", "budget_seconds": budget,
+        "notebooks": {a: sorted(ids) for a, ids in own_cell_ids(load_course()).items()}}}]
 
 
 UID_LEVEL_CASES = """

@@ -22,8 +22,10 @@ from autograder.grading.grade import grade_notebook
 from autograder.integrations.gradescope import COURSE_DIR, course_files, otter_config, requirements
 from autograder.integrations.otter_plugin import STAFF_TEST, load_seconds, run_autograder, upload_problem, worst_seconds
 from autograder.notebooks.examples import examples
+from tests.test_notebook_shapes import without_metadata
 
 AID = "lab14_transformers"
+PLUGIN = "autograder.integrations.otter_plugin.CourseGrader"
 LAST = "TransformerClassifier"  # lab14's last item, the one with the experiment
 
 
@@ -133,6 +135,46 @@ def test_a_readable_notebook_is_no_upload_problem(tmp_path):
     nbformat.write(examples(AID)["empty"], tmp_path / f"{AID}.ipynb")
     (tmp_path / "notes.txt").write_text("extra files do not matter")
     assert upload_problem(tmp_path, AID) == ""
+
+
+OTHER = "w8l4_transformers"  # another assignment of the course, whose notebook a student uploads to lab14
+
+
+def write_upload(folder, name, notebook):
+    folder.mkdir(parents=True)
+    nbformat.write(notebook, folder / name)
+    return folder
+
+
+def test_another_assignments_notebook_is_not_graded_as_this_one_and_the_upload_says_whose_it_is(tmp_path):
+    """The zip holds lab14 alone but knows every assignment's own cells (otter_config's `notebooks`): w8l4's
+    notebook, under its own name, lab14's or any other, is not graded as lab14, and the student reads whose it is
+    and what to submit; lab14's own notebook with its metadata stripped, under another name, still is graded."""
+    own = otter_config(AID)["plugins"][0][PLUGIN]["notebooks"]
+    assert set(own) == set(load_course().assignments) and all(own.values()), own
+    for name in (f"{OTHER}.ipynb", f"{AID}.ipynb", "homework.ipynb"):
+        folder = write_upload(tmp_path / name, name, examples(OTHER)["complete"])
+        message = upload_problem(folder, AID, own)
+        assert f"Your upload, {name}, is a notebook whose cells are {OTHER}'s, not {AID}'s: nothing was graded" \
+               in message and f"Submit {AID}.ipynb" in message, message
+    stripped = without_metadata(examples(AID)["complete"])
+    named = write_upload(tmp_path / "named", f"{OTHER}.ipynb", stripped)
+    assert f"is a notebook named {OTHER}.ipynb, not {AID}'s" in upload_problem(named, AID, own)
+    assert upload_problem(write_upload(tmp_path / "mine", "homework.ipynb", stripped), AID, own) == ""
+    assert upload_problem(write_upload(tmp_path / "own", f"{AID}.ipynb", examples(AID)["empty"]), AID, own) == ""
+
+
+def test_another_assignments_upload_gets_results_json_with_no_grade_and_the_reason(tmp_path):
+    """Through the zip's entry point: results.json scores it 0 as not graded, says whose notebook it is, and
+    keeps the cause for the staff; no grading ran (no grader record)."""
+    root = autograder_root(tmp_path, examples(OTHER)["complete"])
+    result = run_autograder(str(root))
+    assert json.loads((root / "results" / "results.json").read_text()) == result
+    visible, hidden = by_visibility(result)
+    assert result["score"] == 0 and list(visible) == ["Not graded"], result
+    assert f"whose cells are {OTHER}'s, not {AID}'s" in result["output"] and f"Submit {AID}.ipynb" in result["output"]
+    assert result["extra_data"]["not_graded"] == "the upload" and "seed" not in result["extra_data"]
+    assert [t["name"] for t in hidden] == [STAFF_TEST]
 
 
 def autograder_root(tmp_path, notebook, aid=AID, budget=None):

@@ -9,7 +9,7 @@ reported, never dropped silently.
 from pathlib import Path
 
 from autograder.course.config import load_course
-from autograder.notebooks.identify import not_of
+from autograder.notebooks.identify import not_of, own_cell_ids
 
 
 def find_submissions(paths, aid, say=None):
@@ -39,9 +39,9 @@ def find_submissions(paths, aid, say=None):
             found.append((origin, nb))
         if not notebooks:
             found.append((arg, arg))  # reported as unreadable, never silently dropped
-    kept = []
+    kept, own = [], own_cell_ids(course)
     for origin, nb in found:
-        why = not_of(nb, aid, course) if nb.is_file() else None
+        why = not_of(nb, aid, own) if nb.is_file() else None
         if why:
             skipped.append((nb, why))
         else:

@@ -64,8 +64,12 @@ if __name__ == "__main__":
 
 
 def otter_config(aid, device="auto", budget_seconds=None):
-    """Scores and reasons from the course grader; every check visible to the student, Otter's stdout not."""
-    plugin = {"assignment": aid, "device": device}
+    """Scores and reasons from the course grader; every check visible to the student, Otter's stdout not.
+    `notebooks`: every assignment's own grade ids (identify.own_cell_ids), so that the zip, which holds `aid`
+    alone, tells an upload of another assignment's notebook from `aid`'s (names the release shows already)."""
+    from autograder.notebooks.identify import own_cell_ids
+    plugin = {"assignment": aid, "device": device,
+              "notebooks": {a: sorted(ids) for a, ids in own_cell_ids(load_course()).items()}}
     if budget_seconds is not None:
         plugin["budget_seconds"] = budget_seconds
     return {"lang": "python", "plugins": [{"autograder.integrations.otter_plugin.CourseGrader": plugin}],

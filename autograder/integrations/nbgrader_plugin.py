@@ -43,7 +43,7 @@ from traitlets import Integer, Unicode
 from autograder.course.config import course_root, load_course
 from autograder.errors import ConfigError
 from autograder.notebooks.cells import nbgrader_meta, read_notebook
-from autograder.notebooks.identify import not_of
+from autograder.notebooks.identify import not_of, own_cell_ids
 from autograder.notebooks.repair import repair
 from autograder.reports.feedback import summary_html
 from autograder.reports.tables import item_summary, score_text
@@ -288,7 +288,7 @@ class CourseAutograde(Autograde):
             nb, error = read_notebook(path)
             if nb is None:
                 self.stop(f"student '{student}': not graded: {error}")
-            other = not_of(path, aid, load_course())
+            other = not_of(path, aid, own_cell_ids(load_course()))
             if other:  # never graded as this assignment, nor repaired into it
                 self.stop(f"student '{student}': not graded as {aid}: {Path(path).name} is a notebook {other}; "
                           f"put {aid}'s own notebook in {folder} and autograde again")

@@ -10,8 +10,9 @@ reasons and nothing else. Configured in otter_config.json by `course export grad
                                                            "budget_seconds": 1080}}]}
 
 The zip's run_otter.py calls `run_autograder`, not Otter's main directly, so that every run leaves a
-results.json: an upload that is not one readable notebook gets a message naming the `<id>.ipynb` to submit
-(before Otter, which would crash reading it), a grader failure one saying the staff must regrade, each with
+results.json: an upload that is not one readable notebook of this assignment's gets a message naming the
+`<id>.ipynb` to submit (before Otter, which would crash reading it, or grade another assignment's notebook as
+this one), a grader failure one saying the staff must regrade, each with
 the cause in a hidden test; and the grader's record (isolation level, versions, seeds, timings), which Otter's
 to_gradescope_dict drops, goes into the top-level `extra_data` and a hidden test, both kept by Gradescope and
 shown to the staff only. With `budget_seconds`, grading starts no item whose worst case would end past it
@@ -30,6 +31,7 @@ from otter.test_files.abstract_test import TestCase, TestCaseResult, TestFile
 
 from autograder.errors import ConfigError, GraderError
 from autograder.notebooks.cells import read_notebook
+from autograder.notebooks.identify import not_of
 
 STAFF_TEST = "Grader record (staff only)"
 
@@ -61,7 +63,8 @@ class CheckResult(TestFile):
 
 
 class CourseGrader(AbstractOtterPlugin):
-    """Grade with the course's isolated grader (plugin config: `assignment`, optional `device`, `budget_seconds`)."""
+    """Grade with the course's isolated grader (plugin config: `assignment`, optional `device`, `budget_seconds`;
+    `notebooks` is run_autograder's)."""
 
     record = None  # the last grading's extra_data, for run_autograder (Otter's results.json drops it)
 
@@ -197,14 +200,20 @@ def submit_hint(aid):
             f"then upload that one file.")
 
 
-def upload_problem(folder, aid):
-    """Why the upload in `folder` cannot be graded, for the student to fix ('' for one readable notebook)."""
+def upload_problem(folder, aid, own=None):
+    """Why the upload in `folder` cannot be graded, for the student to fix ('' for one readable notebook of `aid`'s,
+    or one that says nothing of whose it is). `own`: every assignment's own grade ids (otter_config's `notebooks`),
+    which tell another assignment's notebook."""
     found = sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []
     notebooks = [p for p in found if p.is_file() and p.suffix == ".ipynb"]
     names = ", ".join(p.name + "/" * p.is_dir() for p in found) or "nothing"
     if len(notebooks) == 1:
         problem = read_notebook(notebooks[0])[1]
-        return f"{problem}: it may be cut short or saved as something else. {submit_hint(aid)}" if problem else ""
+        if problem:
+            return f"{problem}: it may be cut short or saved as something else. {submit_hint(aid)}"
+        other = not_of(notebooks[0], aid, own or {})
+        return (f"Your upload, {notebooks[0].name}, is a notebook {other}, not {aid}'s: nothing was graded. "
+                f"{submit_hint(aid)}") if other else ""
     if notebooks:
         return f"Your upload holds {len(notebooks)} notebooks ({names}); one is graded. {submit_hint(aid)}"
     if any(p.suffix == ".py" for p in found):
@@ -263,10 +272,11 @@ def run_autograder(autograder_dir="/autograder"):
     root = Path(autograder_dir)
     out = root / "results" / "results.json"
     config = json.loads((root / "source" / "otter_config.json").read_text())
-    aid = config["plugins"][0]["autograder.integrations.otter_plugin.CourseGrader"]["assignment"]
+    plugin = config["plugins"][0]["autograder.integrations.otter_plugin.CourseGrader"]
+    aid = plugin["assignment"]
     CourseGrader.record, t0 = None, time.monotonic()
     try:
-        problem = upload_problem(root / "submission", aid)
+        problem = upload_problem(root / "submission", aid, plugin.get("notebooks"))
         if problem:
             result = not_graded(problem, {"assignment": aid, "not_graded": "the upload", "cause": problem})
         else:
