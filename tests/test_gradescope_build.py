@@ -20,7 +20,14 @@ from packaging.requirements import Requirement
 from autograder.course.config import ROOT, load_course, parse_course
 from autograder.grading.grade import grade_notebook
 from autograder.integrations.gradescope import COURSE_DIR, course_files, otter_config, requirements
-from autograder.integrations.otter_plugin import STAFF_TEST, load_seconds, run_autograder, upload_problem, worst_seconds
+from autograder.integrations.otter_plugin import (
+    STAFF_TEST,
+    CourseGrader,
+    load_seconds,
+    run_autograder,
+    upload_problem,
+    worst_seconds,
+)
 from autograder.notebooks.examples import examples
 from tests.test_notebook_shapes import without_metadata
 
@@ -175,6 +182,17 @@ def test_another_assignments_upload_gets_results_json_with_no_grade_and_the_reas
     assert f"whose cells are {OTHER}'s, not {AID}'s" in result["output"] and f"Submit {AID}.ipynb" in result["output"]
     assert result["extra_data"]["not_graded"] == "the upload" and "seed" not in result["extra_data"]
     assert [t["name"] for t in hidden] == [STAFF_TEST]
+
+
+def test_otter_run_on_the_zip_does_not_grade_another_assignments_notebook_either(tmp_path):
+    """`otter run -a ZIP NOTEBOOK` (the try-it-here command of `course export gradescope`) calls the plugin without
+    run_autograder: the plugin itself runs no grading and gives the same reason."""
+    path = write_upload(tmp_path / "upload", f"{AID}.ipynb", examples(OTHER)["complete"]) / f"{AID}.ipynb"
+    plugin = CourseGrader(str(path), {}, otter_config(AID, "cpu")["plugins"][0][PLUGIN])
+    executed = plugin.before_execution(None)
+    assert executed.cells == [] and [t["name"] for t in plugin.result["tests"]] == ["Not graded"]
+    assert f"whose cells are {OTHER}'s, not {AID}'s" in plugin.result["output"], plugin.result
+    assert CourseGrader.record == {"assignment": AID, "not_graded": "the upload"}
 
 
 def autograder_root(tmp_path, notebook, aid=AID, budget=None):

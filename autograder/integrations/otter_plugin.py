@@ -64,11 +64,19 @@ class CheckResult(TestFile):
 
 class CourseGrader(AbstractOtterPlugin):
     """Grade with the course's isolated grader (plugin config: `assignment`, optional `device`, `budget_seconds`;
-    `notebooks` is run_autograder's)."""
+    `notebooks`: every assignment's own grade ids, which tell another assignment's notebook)."""
 
     record = None  # the last grading's extra_data, for run_autograder (Otter's results.json drops it)
 
     def before_execution(self, submission):
+        aid = self.plugin_config["assignment"]
+        # run_autograder told Gradescope's uploads already; `otter run -a ZIP NOTEBOOK` comes here directly
+        other = another_assignments(self.submission_path, aid, self.plugin_config.get("notebooks"))
+        if other:
+            self.result = {"tests": [{"name": "Not graded", "score": 0, "max_score": 0, "output": other}],
+                           "output": other, "extra_data": {"assignment": aid, "not_graded": "the upload"}}
+            type(self).record = self.result["extra_data"]
+            return nbformat.v4.new_notebook()
         threads = cgroup_cpus()
         if threads:  # the grader's own torch too: the host's core count is not the container's share
             import torch
@@ -80,7 +88,7 @@ class CourseGrader(AbstractOtterPlugin):
         if zipped.is_file():
             os.environ["COURSE_CONFIG"] = str(zipped)
         try:
-            self.result = grade_within_budget(self.submission_path, self.plugin_config["assignment"],
+            self.result = grade_within_budget(self.submission_path, aid,
                                               self.plugin_config.get("budget_seconds"),
                                               device=self.plugin_config.get("device", "auto"), threads=threads)
         finally:
@@ -211,9 +219,7 @@ def upload_problem(folder, aid, own=None):
         problem = read_notebook(notebooks[0])[1]
         if problem:
             return f"{problem}: it may be cut short or saved as something else. {submit_hint(aid)}"
-        other = not_of(notebooks[0], aid, own or {})
-        return (f"Your upload, {notebooks[0].name}, is a notebook {other}, not {aid}'s: nothing was graded. "
-                f"{submit_hint(aid)}") if other else ""
+        return another_assignments(notebooks[0], aid, own)
     if notebooks:
         return f"Your upload holds {len(notebooks)} notebooks ({names}); one is graded. {submit_hint(aid)}"
     if any(p.suffix == ".py" for p in found):
@@ -222,6 +228,14 @@ def upload_problem(folder, aid, own=None):
     if any(p.is_dir() for p in found):
         return f"Your upload is a folder ({names}), not the notebook itself. {submit_hint(aid)}"
     return f"Your upload has no notebook (it holds {names}). {submit_hint(aid)}"
+
+
+def another_assignments(notebook, aid, own):
+    """Why `notebook` is not graded as `aid`, for the student, where it says it is another assignment's ('' where
+    not). `own`: every assignment's own grade ids (otter_config's `notebooks`; None in a zip built before them)."""
+    other = not_of(notebook, aid, own or {})
+    return (f"Your upload, {Path(notebook).name}, is a notebook {other}, not {aid}'s: nothing was graded. "
+            f"{submit_hint(aid)}") if other else ""
 
 
 def staff_test(record):
