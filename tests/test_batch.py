@@ -291,6 +291,21 @@ def test_a_folder_holding_two_assignments_gives_each_only_its_own_notebooks(tmp_
         assert find_submissions([flat], aid) == [("dave", flat / "dave" / f"{aid}.ipynb")]
 
 
+def test_a_notebook_whose_grade_ids_are_not_names_is_found_and_does_not_stop_the_others(tmp_path):
+    """A cell's nbgrader grade_id that is a list or a dict (an editor's or a student's doing) says nothing of whose
+    the notebook is: it is graded as the assignment asked for, as a stripped one is, and the folder's other
+    notebooks are found too (it once raised TypeError: unhashable, for the whole batch)."""
+    sub = tmp_path / "submitted"
+    notebook(sub / "alice" / f"{AID}.ipynb")
+    odd = nbformat.read(sub / "alice" / f"{AID}.ipynb", as_version=4)
+    odd.cells[0].metadata["nbgrader"] = {"grade_id": ["scaled_dot_product_attention"]}
+    odd.cells[1].metadata["nbgrader"] = {"grade_id": {"id": W8L4}}
+    (sub / "bob").mkdir()
+    nbformat.write(odd, sub / "bob" / f"{AID}.ipynb")
+    assert find_submissions([sub], AID) == [("alice", sub / "alice" / f"{AID}.ipynb"),
+                                            ("bob", sub / "bob" / f"{AID}.ipynb")]
+
+
 def test_course_grade_of_a_folder_holding_two_assignments_grades_each_student_once(tmp_path, capsys):
     sub = tmp_path / "submitted"
     notebook(sub / "alice" / AID / f"{AID}.ipynb", [SDPA])

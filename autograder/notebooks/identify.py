@@ -23,8 +23,8 @@ def not_of(path, aid, own):
         return None
     nb, _ = read_notebook(path)
     if nb is not None:
-        ids = {nbgrader_meta(cell).get("grade_id") for cell in nb["cells"]
-               if isinstance(cell, dict) and isinstance(cell.get("metadata", {}), dict)}
+        ids = {grade_id for cell in nb["cells"] if isinstance(cell, dict) and isinstance(cell.get("metadata", {}), dict)
+               and isinstance(grade_id := nbgrader_meta(cell).get("grade_id"), str)}  # a list or a dict says nothing
         says = sorted(a for a, theirs in own.items() if set(theirs) & ids)
         if aid in says:
             return None
