@@ -12,11 +12,11 @@ reasons and nothing else. Configured in otter_config.json by `course export grad
 The zip's run_otter.py calls `run_autograder`, not Otter's main directly, so that every run leaves a
 results.json: an upload that is not one readable notebook of this assignment's gets a message naming the
 `<id>.ipynb` to submit (before Otter, which would crash reading it, or grade another assignment's notebook as
-this one), a grader failure one saying the staff must regrade, each with
-the cause in a hidden test; and the grader's record (isolation level, versions, seeds, timings), which Otter's
-to_gradescope_dict drops, goes into the top-level `extra_data` and a hidden test, both kept by Gradescope and
-shown to the staff only. With `budget_seconds`, grading starts no item whose worst case would end past it
-(`grade_within_budget`), so results.json is written before Gradescope's timeout.
+this one), a grader failure one saying the staff must regrade, each with the cause in a hidden test; and the
+grader's record (isolation level, versions, seeds, timings), which Otter's to_gradescope_dict drops, goes into the
+top-level `extra_data` and a hidden test, both kept by Gradescope and shown to the staff only. With
+`budget_seconds`, grading starts no item whose worst case would end past it (`grade_within_budget`), so
+results.json is written before Gradescope's timeout.
 """
 import json
 import math
